@@ -1,0 +1,153 @@
+// The sort-reduce engine, CUDA path: keys -> plan (cuda/sort_reduce.cu) -> the contract's fixed tree,
+// level 0 for every block in parallel, then each higher level in parallel (docs/order_contract.md).
+// The per-element arithmetic comes from the op's __host__ __device__ struct, the same one the CPU
+// engine (ops/sort_reduce_cpu.h) calls.
+#pragma once
+
+#include "cuda/sort_reduce.h"
+#include "ops/contract.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/core/ScalarType.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/macros/Macros.h>
+
+#include <algorithm>
+
+namespace detops::cuda {
+
+struct Launch2D {
+  dim3 grid;
+  dim3 block;
+};
+
+// Rows (positions or slots) on blockDim.y and gridDim.x; columns on blockDim.x and gridDim.y.
+inline Launch2D launch_2d(int64_t rows, int64_t cols) {
+  int tx = 1;
+  while (tx < cols && tx < 128) tx *= 2;
+  const int ty = 256 / tx;
+  const int64_t gx = (rows + ty - 1) / ty;
+  const int64_t gy = std::min<int64_t>((cols + tx - 1) / tx, 65535);
+  return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(tx, ty)};
+}
+
+// One thread per contribution: its destination key, or num_keys (sorted last, never written) if invalid.
+template <typename KeyT, typename Op>
+__global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys) {
+  const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t k = op.key(i);
+  const bool ok = k >= 0 && k < num_keys;
+  CUDA_KERNEL_ASSERT(ok && "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
+  keys[i] = static_cast<KeyT>(ok ? k : num_keys);
+}
+
+// Level 0: one thread per (sorted position, column); the leader of each block of kBlock positions of a
+// segment folds its block. NB: blocks are aligned to the segment start, so the shape depends only on the
+// segment's length. A segment of one block is finished here; longer ones leave block sums in scratch.
+template <typename acc_t, typename KeyT, typename Op>
+__global__ void level0_kernel(Op op, const KeyT* keys, const int32_t* perm, const int32_t* segstart,
+                              const int32_t* slot, int32_t n, int64_t num_keys, int64_t D, acc_t* scratch) {
+  const int32_t p = blockIdx.x * blockDim.y + threadIdx.y;
+  if (p >= n) return;
+  const int32_t s0 = segstart[p];
+  if ((p - s0) % kBlock != 0) return;
+  const KeyT key = keys[p];
+  if (static_cast<int64_t>(key) >= num_keys) return;
+  int count = 1;
+  while (count < kBlock && p + count < n && keys[p + count] == key) ++count;
+  const bool is_long = s0 + kBlock < n && keys[s0 + kBlock] == key;
+  for (int64_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += int64_t{gridDim.y} * blockDim.x) {
+    const acc_t s = fold_block<acc_t>([&](int i) { return op.contribution(perm[p + i], c); }, count);
+    if (is_long) {
+      scratch[int64_t{slot[p]} * D + c] = s;
+    } else {
+      op.finalize(static_cast<int64_t>(key), c, s);
+    }
+  }
+}
+
+// Level L >= 1: one thread per (scratch slot, column); the leader of each group of kBlock items, items
+// `stride` = kBlock^(L-1) slots apart, folds them in place. The group that covers a whole segment
+// finishes it. NB: in place is safe: each item is read by one leader, which writes only its own slot.
+template <typename acc_t, typename KeyT, typename Op>
+__global__ void level_kernel(Op op, const KeyT* keys, const int32_t* slot_first, const int32_t* slot_pos,
+                             const int32_t* num_slots, int32_t max_slots, int64_t stride, int64_t D,
+                             acc_t* scratch) {
+  const int32_t q = blockIdx.x * blockDim.y + threadIdx.y;
+  if (q >= max_slots) return;
+  const int32_t total = *num_slots;
+  if (q >= total) return;
+  const int32_t f = slot_first[q];
+  if ((q - f) % (stride * kBlock) != 0) return;
+  const auto in_segment = [&](int64_t x) { return x < total && slot_first[x] == f; };
+  if (!in_segment(f + stride)) return;  // a single item left: finished at an earlier level
+  int count = 1;
+  while (count < kBlock && in_segment(q + count * stride)) ++count;
+  const bool last = q == f && !in_segment(f + stride * kBlock);
+  const int64_t key = last ? static_cast<int64_t>(keys[slot_pos[q]]) : 0;
+  for (int64_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += int64_t{gridDim.y} * blockDim.x) {
+    const acc_t s = fold_block<acc_t>([&](int i) { return scratch[(q + i * stride) * D + c]; }, count);
+    if (last) {
+      op.finalize(key, c, s);
+    } else {
+      scratch[int64_t{q} * D + c] = s;
+    }
+  }
+}
+
+template <typename acc_t, typename KeyT, typename Op>
+void reduce_plan(const Op& op, const SegmentPlan& plan, int64_t num_keys, int64_t D) {
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const int32_t n = static_cast<int32_t>(plan.n);
+  at::Tensor scratch;
+  acc_t* scratch_ptr = nullptr;
+  if (plan.levels > 0) {
+    scratch = at::empty({plan.max_slots * D},
+                        plan.keys.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+    scratch_ptr = scratch.data_ptr<acc_t>();
+  }
+  const KeyT* keys = reinterpret_cast<const KeyT*>(plan.keys.data_ptr());
+  const Launch2D l0 = launch_2d(n, D);
+  level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(
+      op, keys, plan.perm.data_ptr<int32_t>(), plan.segstart.data_ptr<int32_t>(), plan.slot.data_ptr<int32_t>(), n,
+      num_keys, D, scratch_ptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  int64_t stride = 1;
+  const Launch2D ll = launch_2d(plan.max_slots, D);
+  for (int level = 1; level <= plan.levels; ++level, stride *= kBlock) {
+    level_kernel<acc_t, KeyT, Op><<<ll.grid, ll.block, 0, stream>>>(
+        op, keys, plan.slot_first.data_ptr<int32_t>(), plan.slot_pos.data_ptr<int32_t>(),
+        plan.num_slots.data_ptr<int32_t>(), static_cast<int32_t>(plan.max_slots), stride, D, scratch_ptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+// The engine's entry for one op call. Op provides key(i) (-1 if invalid), contribution(i, c) and
+// finalize(key, c, acc) as __host__ __device__ members over device pointers. Current stream, no sync.
+template <typename acc_t, typename Op>
+void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D, const at::TensorOptions& device_options) {
+  if (n == 0 || D == 0) return;
+  TORCH_CHECK(n < (int64_t{1} << 31), "detops: at most 2^31-1 contributions per call, got ", n);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const bool wide = num_keys >= (int64_t{1} << 32) - 1;  // the sentinel num_keys must fit too
+  at::Tensor keys = at::empty({n}, device_options.dtype(wide ? at::kLong : at::kInt));
+  const int blocks = static_cast<int>((n + 255) / 256);
+  if (wide) {
+    make_keys_kernel<uint64_t, Op><<<blocks, 256, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
+                                                               reinterpret_cast<uint64_t*>(keys.data_ptr()));
+  } else {
+    make_keys_kernel<uint32_t, Op><<<blocks, 256, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
+                                                               reinterpret_cast<uint32_t*>(keys.data_ptr()));
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const SegmentPlan plan = plan_segments(keys, num_keys);
+  if (wide) {
+    reduce_plan<acc_t, uint64_t>(op, plan, num_keys, D);
+  } else {
+    reduce_plan<acc_t, uint32_t>(op, plan, num_keys, D);
+  }
+}
+
+}  // namespace detops::cuda

@@ -1,0 +1,154 @@
+// The order contract in code (docs/order_contract.md). Everything here is __host__ __device__ and is
+// the only arithmetic the sort-reduce engine performs, on the CPU and on the GPU alike.
+#pragma once
+
+#include <ATen/OpMathType.h>
+#include <c10/macros/Macros.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace detops {
+
+// Block length of the fixed reduction tree. NB: part of the contract; changing it changes the bits.
+constexpr int kBlock = 32;
+
+template <typename scalar_t>
+using acc_type = at::opmath_type<scalar_t>;
+
+// Floating-point operations rounded on their own. NB: on the device the _rn intrinsics are never
+// contracted into FMA; on the host the files are compiled with -ffp-contract=off.
+C10_HOST_DEVICE inline float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+C10_HOST_DEVICE inline double add_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+C10_HOST_DEVICE inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+C10_HOST_DEVICE inline double mul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+C10_HOST_DEVICE inline uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+#endif
+}
+
+// float -> half bits, round to nearest even; NaN -> quiet NaN with the input's sign.
+C10_HOST_DEVICE inline uint16_t half_bits_rne(float f) {
+  const uint32_t x = float_bits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
+  if (a >= 0x38800000u) {                                             // normal half
+    uint32_t h = (a >> 13) - (112u << 10);
+    const uint32_t rem = a & 0x1fffu;
+    h += (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ? 1u : 0u;
+    return static_cast<uint16_t>(sign | h);
+  }
+  const uint32_t e = a >> 23;  // subnormal half or zero
+  if (e < 102u) return static_cast<uint16_t>(sign);
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t s = 126u - e;  // 14..24
+  uint32_t h = m >> s;
+  const uint32_t rem = m & ((1u << s) - 1u);
+  const uint32_t halfway = 1u << (s - 1u);
+  h += (rem > halfway || (rem == halfway && (h & 1u))) ? 1u : 0u;
+  return static_cast<uint16_t>(sign | h);
+}
+
+// float -> bfloat16 bits, round to nearest even; NaN -> quiet NaN with the input's sign.
+C10_HOST_DEVICE inline uint16_t bfloat16_bits_rne(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// The one rounding to the output type (step 4 of the contract).
+template <typename scalar_t>
+C10_HOST_DEVICE inline scalar_t round_to(acc_type<scalar_t> v) {
+  if constexpr (std::is_same_v<scalar_t, c10::Half>) {
+    return c10::Half(half_bits_rne(v), c10::Half::from_bits());
+  } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    return c10::BFloat16(bfloat16_bits_rne(v), c10::BFloat16::from_bits());
+  } else {
+    return static_cast<scalar_t>(v);
+  }
+}
+
+template <typename scalar_t>
+C10_HOST_DEVICE inline acc_type<scalar_t> to_acc(scalar_t v) {
+  return static_cast<acc_type<scalar_t>>(v);
+}
+
+// Step 2 of the contract: fold `count` (1..kBlock) values left to right.
+template <typename acc_t, typename Get>
+C10_HOST_DEVICE inline acc_t fold_block(const Get& get, int count) {
+  acc_t s = get(0);
+  for (int i = 1; i < count; ++i) s = add_rn(s, get(i));
+  return s;
+}
+
+// Number of tree levels above level 0 that a segment of up to `n` contributions can need.
+C10_HOST_DEVICE inline int tree_levels(int64_t n) {
+  int levels = 0;
+  int64_t m = (n + kBlock - 1) / kBlock;  // items after level 0
+  while (m > 1) {
+    m = (m + kBlock - 1) / kBlock;
+    ++levels;
+  }
+  return levels;
+}
+
+// The whole tree for one segment, sequentially (the CPU engine). `buf` must hold ceil(n / kBlock)
+// values. The GPU engine computes the same tree level by level (cuda/sort_reduce.cuh).
+template <typename acc_t, typename Get>
+inline acc_t tree_reduce(int64_t n, const Get& get, acc_t* buf) {
+  if (n <= kBlock) return fold_block<acc_t>(get, static_cast<int>(n));
+  int64_t m = 0;
+  for (int64_t b = 0; b * kBlock < n; ++b, ++m) {
+    const int64_t base = b * kBlock;
+    const int count = static_cast<int>(n - base < kBlock ? n - base : kBlock);
+    buf[b] = fold_block<acc_t>([&](int i) { return get(base + i); }, count);
+  }
+  while (m > 1) {
+    int64_t next = 0;
+    for (int64_t b = 0; b * kBlock < m; ++b, ++next) {
+      const int64_t base = b * kBlock;
+      const int count = static_cast<int>(m - base < kBlock ? m - base : kBlock);
+      // NB: in place is safe: block b reads buf[b*kBlock..] and writes buf[b] <= b*kBlock.
+      buf[b] = fold_block<acc_t>([&](int i) { return buf[base + i]; }, count);
+    }
+    m = next;
+  }
+  return buf[0];
+}
+
+}  // namespace detops

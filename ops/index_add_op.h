@@ -1,0 +1,71 @@
+// index_add_: the per-element arithmetic shared by the CPU and CUDA engines (docs/order_contract.md).
+// self viewed as [outer, dim_size, inner], source as [outer, n, inner]; source row i goes to row index[i].
+#pragma once
+
+#include "ops/contract.h"
+
+namespace detops {
+
+template <typename scalar_t, typename index_t>
+struct IndexAddOp {
+  using acc_t = acc_type<scalar_t>;
+  scalar_t* out;          // contiguous
+  const scalar_t* src;    // contiguous
+  const index_t* index;   // strided
+  int64_t index_stride;
+  int64_t dim_size;
+  int64_t n;
+  int64_t inner;
+  acc_t alpha;
+
+  // Destination row of source row i, or -1 if out of range.
+  C10_HOST_DEVICE int64_t key(int64_t i) const {
+    const int64_t k = static_cast<int64_t>(index[i * index_stride]);
+    return (k >= 0 && k < dim_size) ? k : -1;
+  }
+  // Column c = o * inner + j of the [outer, inner] plane.
+  C10_HOST_DEVICE acc_t contribution(int64_t i, int64_t c) const {
+    const int64_t o = c / inner;
+    const int64_t j = c - o * inner;
+    return mul_rn(to_acc(src[(o * n + i) * inner + j]), alpha);
+  }
+  C10_HOST_DEVICE void finalize(int64_t k, int64_t c, acc_t total) const {
+    const int64_t o = c / inner;
+    const int64_t j = c - o * inner;
+    scalar_t& d = out[(o * dim_size + k) * inner + j];
+    d = round_to<scalar_t>(add_rn(to_acc(d), total));
+  }
+};
+
+}  // namespace detops
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Scalar.h>
+
+namespace detops {
+
+// Builds the op over `result` (contiguous, holding self) and a contiguous `source`; `dim` is wrapped.
+template <typename scalar_t, typename index_t>
+IndexAddOp<scalar_t, index_t> make_index_add_op(at::Tensor& result, int64_t dim, const at::Tensor& index,
+                                                const at::Tensor& source, const at::Scalar& alpha) {
+  IndexAddOp<scalar_t, index_t> op;
+  op.out = result.data_ptr<scalar_t>();
+  op.src = source.const_data_ptr<scalar_t>();
+  op.index = index.const_data_ptr<index_t>();
+  op.index_stride = index.dim() == 0 ? 0 : index.stride(0);
+  op.dim_size = result.dim() == 0 ? 1 : result.size(dim);
+  op.n = index.numel();
+  op.inner = 1;
+  for (int64_t d = dim + 1; d < result.dim(); ++d) op.inner *= result.size(d);
+  // Stock rounds alpha to the tensor's dtype first; so do we, then widen.
+  op.alpha = to_acc(alpha.to<scalar_t>());
+  return op;
+}
+
+// Columns of the [outer, inner] plane that every source row spreads over.
+inline int64_t index_add_columns(const at::Tensor& result, int64_t dim) {
+  const int64_t dim_size = result.dim() == 0 ? 1 : result.size(dim);
+  return dim_size == 0 ? 0 : result.numel() / dim_size;
+}
+
+}  // namespace detops

@@ -1,0 +1,109 @@
+// scatter_add (functional, in place, .out): checks, routing and the CPU path. The CUDA path is
+// cuda/scatter_add.cu; both run the sort-reduce engine over ScatterAddOp (docs/order_contract.md).
+#include "ops/ops.h"
+
+#include "cuda/launch.h"
+#include "ops/common.h"
+#include "ops/scatter_add_op.h"
+#include "ops/sort_reduce_cpu.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/scatter_add_cpu_dispatch.h>
+#include <ATen/ops/scatter_add_cuda_dispatch.h>
+
+#include <algorithm>
+
+namespace detops {
+namespace {
+
+constexpr const char* kOp = "scatter_add_";
+
+int64_t nonempty_dim(const at::Tensor& t) {
+  return std::max<int64_t>(t.dim(), 1);
+}
+int64_t nonempty_size(const at::Tensor& t, int64_t d) {
+  return t.dim() == 0 ? 1 : t.size(d);
+}
+
+// Stock's checks (aten scatter_gather_dtype_check and scatter_shape_check), plus same-device checks.
+// Returns the wrapped dim.
+int64_t check_scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  if (index.numel() != 0) {
+    TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, kOp,
+                "(): Expected dtype int32/int64 for index, but got: ", index.scalar_type());
+  }
+  TORCH_CHECK(self.scalar_type() == src.scalar_type(), kOp, "(): Expected self.dtype to be equal to src.dtype, ",
+              "but got self ", self.scalar_type(), " and src ", src.scalar_type());
+  check_same_device(kOp, self, index, "index");
+  check_same_device(kOp, self, src, "src");
+  if (index.numel() != 0) {
+    TORCH_CHECK(nonempty_dim(self) == nonempty_dim(index), kOp,
+                "(): Index tensor must have the same number of dimensions as self tensor, but got index ",
+                index.sizes(), " and self ", self.sizes());
+    TORCH_CHECK(nonempty_dim(src) == nonempty_dim(index), kOp,
+                "(): Index tensor must have the same number of dimensions as src tensor, but got index ",
+                index.sizes(), " and src ", src.sizes());
+    for (int64_t d = 0; d < nonempty_dim(self); ++d) {
+      const int64_t i = nonempty_size(index, d);
+      TORCH_CHECK(i <= nonempty_size(src, d) && (d == dim || i <= nonempty_size(self, d)), kOp,
+                  "(): Expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
+                  " apart from dimension ", dim, " and to be no larger size than src ", src.sizes(),
+                  ", but dimension ", d, " is not");
+    }
+  }
+  at::assert_no_internal_overlap(self);
+  at::assert_no_overlap(self, index);
+  at::assert_no_overlap(self, src);
+  return dim;
+}
+
+void scatter_add_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, result.scalar_type(), "detops_scatter_add_cpu", [&] {
+    AT_DISPATCH_INDEX_TYPES(index.scalar_type(), "detops_scatter_add_cpu_index", [&] {
+      const auto op = make_scatter_add_op<scalar_t, index_t>(result, dim, index, src);
+      cpu::sort_reduce<acc_type<scalar_t>>(op, index.numel(), result.numel(), 1);
+    });
+  });
+}
+
+}  // namespace
+
+at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  dim = check_scatter_add(self, dim, index, src);
+  if (index.numel() == 0) return self;
+  if (!engine_dtype(self.scalar_type())) {
+    return self.is_cuda() ? at::cuda::scatter_add_(self, dim, index, src) : at::cpu::scatter_add_(self, dim, index, src);
+  }
+  check_index_values(kOp, index, nonempty_size(self, dim), dim);
+  at::Tensor work = self.is_contiguous() ? self : self.contiguous();
+  if (work.is_cuda()) {
+    cuda::scatter_add_kernel(work, dim, index, src);
+  } else {
+    scatter_add_cpu(work, dim, index, src);
+  }
+  if (!work.is_same(self)) self.copy_(work);
+  return self;
+}
+
+at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  at::Tensor result = self.clone(at::MemoryFormat::Contiguous);
+  scatter_add_(result, dim, index, src);
+  return result;
+}
+
+at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                            at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), kOp, "(): out (", out.scalar_type(), ") and self (",
+              self.scalar_type(), ") must have the same scalar type");
+  check_same_device(kOp, self, out, "out");
+  check_scatter_add(self, dim, index, src);
+  at::native::resize_output(out, self.sizes());
+  if (!out.is_same(self)) out.copy_(self);
+  return scatter_add_(out, dim, index, src);
+}
+
+}  // namespace detops

@@ -1,0 +1,51 @@
+// The sort-reduce engine, CPU path. Same plan as the CUDA engine (cuda/sort_reduce.cuh): stable sort of
+// (destination key, source position), segments of equal keys, the contract's fixed tree per segment and
+// column (docs/order_contract.md). Parallel over segments only, so the bits do not depend on the number
+// of threads.
+#pragma once
+
+#include "ops/contract.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace detops::cpu {
+
+// Positions 0..n-1 stably sorted by keys[i]: source order kept within equal keys.
+std::vector<int64_t> stable_sort_by_key(const std::vector<int64_t>& keys, int64_t num_keys);
+
+// Start offsets of runs of equal keys in `sorted` (plus a final n).
+std::vector<int64_t> segment_starts(const std::vector<int64_t>& keys, const std::vector<int64_t>& perm);
+
+// Op provides: key(i) -> destination in [0, num_keys) (already validated by the front end),
+// contribution(i, c) -> acc_t, finalize(key, c, acc_t). i is the source position, c a column of D.
+template <typename acc_t, typename Op>
+void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
+  if (n == 0 || D == 0) return;
+  std::vector<int64_t> keys(n);
+  for (int64_t i = 0; i < n; ++i) keys[i] = op.key(i);
+  const std::vector<int64_t> perm = stable_sort_by_key(keys, num_keys);
+  const std::vector<int64_t> starts = segment_starts(keys, perm);
+  const int64_t num_segments = static_cast<int64_t>(starts.size()) - 1;
+  const int64_t grain = std::max<int64_t>(1, 2048 / D);
+  at::parallel_for(0, num_segments, grain, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> buf;
+    for (int64_t s = begin; s < end; ++s) {
+      const int64_t first = starts[s];
+      const int64_t count = starts[s + 1] - first;
+      const int64_t key = keys[perm[first]];
+      buf.resize(static_cast<size_t>((count + kBlock - 1) / kBlock));
+      for (int64_t c = 0; c < D; ++c) {
+        const acc_t total = tree_reduce<acc_t>(
+            count, [&](int64_t j) { return op.contribution(perm[first + j], c); }, buf.data());
+        op.finalize(key, c, total);
+      }
+    }
+  });
+}
+
+}  // namespace detops::cpu

@@ -1,0 +1,131 @@
+"""detops: deterministic CUDA kernels for PyTorch.
+
+Importing this package loads ``libdetops.so``, which overrides the CUDA kernels of the ops listed by
+:func:`covered_ops` with deterministic ones. Under ``torch.use_deterministic_algorithms(True)`` those
+ops then run (bitwise reproducibly) instead of raising, or faster than stock's deterministic fallback.
+Every override has a twin, ``torch.ops.detops.<name>.<overload>``, with the identical schema, that runs
+the detops kernel on CPU and CUDA tensors whatever the mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+from typing import Iterator, List, Optional
+
+import torch
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "covered_ops",
+    "disable",
+    "enable",
+    "get_mode",
+    "get_strict",
+    "library_path",
+    "load_library",
+    "mode",
+    "set_mode",
+    "set_strict",
+    "strict",
+]
+
+_MODES = ("auto", "always", "off")
+_loaded_path: Optional[str] = None
+
+
+def _candidates() -> List[pathlib.Path]:
+    here = pathlib.Path(__file__).resolve().parent
+    repo = here.parent.parent
+    return [here / "libdetops.so", repo / "build" / "libdetops.so"]
+
+
+def library_path() -> str:
+    """Where ``libdetops.so`` is taken from: ``$DETOPS_LIBRARY``, else the package, else the build dir."""
+    env = os.environ.get("DETOPS_LIBRARY")
+    if env:
+        if not os.path.isfile(env):
+            raise FileNotFoundError(f"DETOPS_LIBRARY={env!r} does not name a file")
+        return env
+    for candidate in _candidates():
+        if candidate.is_file():
+            return str(candidate)
+    searched = ", ".join(str(c) for c in _candidates())
+    raise FileNotFoundError(
+        f"libdetops.so not found (searched $DETOPS_LIBRARY, {searched}); build it with scripts/build.sh"
+    )
+
+
+def load_library(path: Optional[str] = None) -> str:
+    """Loads ``libdetops.so`` once (later calls return the path already loaded)."""
+    global _loaded_path
+    if _loaded_path is None:
+        resolved = path or library_path()
+        torch.ops.load_library(resolved)
+        _loaded_path = resolved
+    return _loaded_path
+
+
+def set_mode(name: str) -> None:
+    """``"auto"`` (default: detops when the deterministic flag is on), ``"always"`` or ``"off"``."""
+    if name not in _MODES:
+        raise ValueError(f"detops.set_mode(): unknown mode {name!r}; expected one of {_MODES}")
+    torch.ops.detops.set_mode(name)
+
+
+def get_mode() -> str:
+    return torch.ops.detops.get_mode()
+
+
+def enable(name: str = "auto") -> None:
+    """Turns the overrides on (``"auto"`` or ``"always"``)."""
+    if name == "off":
+        raise ValueError("detops.enable(): use detops.disable() to turn the overrides off")
+    set_mode(name)
+
+
+def disable() -> None:
+    """Deregisters the overrides: the dispatcher serves the stock kernels again."""
+    set_mode("off")
+
+
+@contextlib.contextmanager
+def mode(name: str) -> Iterator[None]:
+    """Runs the block in mode ``name`` and restores the previous mode afterwards."""
+    previous = get_mode()
+    set_mode(name)
+    try:
+        yield
+    finally:
+        set_mode(previous)
+
+
+def set_strict(enabled: bool) -> None:
+    """Strict mode validates indices on the host: an out-of-range index raises instead of killing the
+    CUDA context (one device-to-host copy per call)."""
+    torch.ops.detops.set_strict(bool(enabled))
+
+
+def get_strict() -> bool:
+    return bool(torch.ops.detops.get_strict())
+
+
+@contextlib.contextmanager
+def strict(enabled: bool = True) -> Iterator[None]:
+    previous = get_strict()
+    set_strict(enabled)
+    try:
+        yield
+    finally:
+        set_strict(previous)
+
+
+def covered_ops() -> List[str]:
+    """The aten overloads detops overrides on CUDA, e.g. ``aten::index_add.out``."""
+    return list(torch.ops.detops.covered_ops())
+
+
+load_library()

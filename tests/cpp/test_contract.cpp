@@ -1,0 +1,110 @@
+// The order contract (docs/order_contract.md) on the CPU: the shared arithmetic, the tree's shape, its
+// accuracy, and independence from the number of threads.
+#include "ops/contract.h"
+#include "ops/ops.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// An independent statement of the tree: blocks of 32 folded left to right, repeated over the block sums.
+float reference_tree(std::vector<float> v) {
+  while (v.size() > 1) {
+    std::vector<float> next;
+    for (size_t b = 0; b < v.size(); b += 32) {
+      float s = v[b];
+      for (size_t i = b + 1; i < std::min(v.size(), b + 32); ++i) s = s + v[i];
+      next.push_back(s);
+    }
+    v.swap(next);
+  }
+  return v[0];
+}
+
+TEST(Contract, HalfRoundingMatchesC10ForEveryNonNanInput) {
+  std::mt19937 rng(1);
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t u = rng();
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(detops::half_bits_rne(f), c10::Half(f).x) << "input bits " << u;
+  }
+  // Boundaries: largest half, the overflow threshold, subnormals, ties.
+  for (float f : {65504.f, 65519.99f, 65520.f, 6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f,
+                  1.0009766f, 1.0004883f, -0.f, 0.f, INFINITY, -INFINITY}) {
+    EXPECT_EQ(detops::half_bits_rne(f), c10::Half(f).x) << f;
+  }
+  EXPECT_EQ(detops::half_bits_rne(std::nanf("")) & 0x7e00u, 0x7e00u);
+}
+
+TEST(Contract, BFloat16RoundingMatchesC10ForEveryNonNanInput) {
+  std::mt19937 rng(2);
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t u = rng();
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(detops::bfloat16_bits_rne(f), c10::BFloat16(f).x) << "input bits " << u;
+  }
+  const uint16_t nan_bits = detops::bfloat16_bits_rne(-std::nanf(""));
+  EXPECT_EQ(nan_bits & 0xffc0u, 0xffc0u);
+}
+
+TEST(Contract, TreeHasTheDocumentedShape) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+  for (int64_t n : {1, 2, 31, 32, 33, 63, 64, 65, 1023, 1024, 1025, 32768, 32769, 100000}) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = dist(rng);
+    std::vector<float> buf((n + 31) / 32);
+    const float got = detops::tree_reduce<float>(n, [&](int64_t i) { return v[i]; }, buf.data());
+    EXPECT_EQ(bits_of(got), bits_of(reference_tree(v))) << "n = " << n;
+  }
+}
+
+TEST(Contract, TreeLevels) {
+  EXPECT_EQ(detops::tree_levels(1), 0);
+  EXPECT_EQ(detops::tree_levels(32), 0);
+  EXPECT_EQ(detops::tree_levels(33), 1);
+  EXPECT_EQ(detops::tree_levels(1024), 1);
+  EXPECT_EQ(detops::tree_levels(1025), 2);
+  EXPECT_EQ(detops::tree_levels(1 << 20), 3);
+}
+
+TEST(Contract, HotDestinationIsAtLeastAsAccurateAsBlockedSummation) {
+  const int64_t n = 200000;
+  at::Tensor src = at::rand({n}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor out = at::zeros({1});
+  detops::scatter_add_(out, 0, at::zeros({n}, at::kLong), src);
+  const double exact = src.to(at::kDouble).sum().item<double>();
+  EXPECT_LT(std::abs(out.item<float>() - exact) / exact, 2e-6);
+}
+
+TEST(Contract, CpuBitsDoNotDependOnTheNumberOfThreads) {
+  at::manual_seed(4);
+  const at::Tensor self = at::randn({20000, 3});
+  const at::Tensor index = at::randint(0, 20000, {60000});
+  const at::Tensor source = at::randn({60000, 3});
+  const at::Tensor scatter_index = at::randint(0, 20000, {60000, 3});
+  at::set_num_threads(1);
+  const at::Tensor a = detops::index_add(self, 0, index, source, 0.75);
+  const at::Tensor b = detops::scatter_add(self, 0, scatter_index, source);
+  at::set_num_threads(2);
+  EXPECT_TRUE(at::equal(a, detops::index_add(self, 0, index, source, 0.75)));
+  EXPECT_TRUE(at::equal(b, detops::scatter_add(self, 0, scatter_index, source)));
+}
+
+}  // namespace

@@ -1,0 +1,76 @@
+// The mode API and the dispatcher's table of aten CUDA kernels in each mode.
+#include "detops/detops.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+namespace {
+
+std::string cuda_kernel_of(const std::string& name) {
+  const auto dot = name.find('.');
+  const std::string op = name.substr(0, dot);
+  const std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
+  auto handle = c10::Dispatcher::singleton().findSchema({op, overload});
+  EXPECT_TRUE(handle.has_value()) << name;
+  const std::string dump = handle->dumpState();
+  const auto at = dump.find("\nCUDA: ");
+  EXPECT_NE(at, std::string::npos) << dump;
+  return dump.substr(at, dump.find('\n', at + 1) - at);
+}
+
+TEST(Registration, CoversTheSixOverloads) {
+  const std::vector<std::string> expected = {"aten::index_add",   "aten::index_add_",   "aten::index_add.out",
+                                             "aten::scatter_add", "aten::scatter_add_", "aten::scatter_add.out"};
+  EXPECT_EQ(detops::covered_ops(), expected);
+}
+
+TEST(Registration, ModesInstallAndRemoveTheOverrides) {
+  EXPECT_EQ(detops::get_mode(), "auto");
+  for (const auto& name : detops::covered_ops()) {
+    EXPECT_NE(cuda_kernel_of(name).find("registration/overrides.cpp"), std::string::npos) << name;
+  }
+  detops::set_mode("off");
+  EXPECT_EQ(detops::get_mode(), "off");
+  for (const auto& name : detops::covered_ops()) {
+    EXPECT_EQ(cuda_kernel_of(name).find("registration/overrides.cpp"), std::string::npos) << name;
+  }
+  detops::set_mode("always");
+  EXPECT_EQ(detops::get_mode(), "always");
+  for (const auto& name : detops::covered_ops()) {
+    EXPECT_NE(cuda_kernel_of(name).find("registration/overrides.cpp"), std::string::npos) << name;
+  }
+  detops::set_mode("auto");
+}
+
+TEST(Registration, UnknownModeIsAClearError) {
+  try {
+    detops::set_mode("sometimes");
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown mode 'sometimes'"), std::string::npos);
+  }
+  EXPECT_EQ(detops::get_mode(), "auto");
+}
+
+TEST(Registration, StrictModeToggles) {
+  const bool before = detops::get_strict();
+  detops::set_strict(!before);
+  EXPECT_EQ(detops::get_strict(), !before);
+  detops::set_strict(before);
+}
+
+TEST(Registration, TwinsExistWithTheAtenSchemas) {
+  for (const auto& name : detops::covered_ops()) {
+    const auto dot = name.find('.');
+    const std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
+    const std::string base = name.substr(6, dot == std::string::npos ? std::string::npos : dot - 6);
+    auto aten = c10::Dispatcher::singleton().findSchema({"aten::" + base, overload});
+    auto twin = c10::Dispatcher::singleton().findSchema({"detops::" + base, overload});
+    ASSERT_TRUE(aten.has_value() && twin.has_value()) << name;
+    auto strip = [](std::string s) { return s.substr(s.find('(')); };
+    EXPECT_EQ(strip(c10::toString(twin->schema())), strip(c10::toString(aten->schema()))) << name;
+  }
+}
+
+}  // namespace
