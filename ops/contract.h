@@ -151,4 +151,36 @@ inline acc_t tree_reduce(int64_t n, const Get& get, acc_t* buf) {
   return buf[0];
 }
 
+// The same tree, fed one contribution at a time in source order, for gather kernels that enumerate an
+// output element's contributions themselves (pooling windows) and do not know their count up front.
+// push() every contribution, then finish(); gives the bits of tree_reduce over the same sequence.
+template <typename acc_t, int kLevels = 7>  // 32^7 contributions at most
+struct StreamingTree {
+  acc_t sum[kLevels];
+  int count[kLevels] = {};    // items in the open block of each level
+  int64_t pushed[kLevels] = {};  // items ever pushed to each level
+
+  C10_HOST_DEVICE void push(acc_t v, int level = 0) {
+    while (true) {
+      sum[level] = count[level] == 0 ? v : add_rn(sum[level], v);
+      ++pushed[level];
+      if (++count[level] < kBlock) return;
+      count[level] = 0;  // a full block: its sum is one item of the next level
+      v = sum[level];
+      ++level;
+    }
+  }
+  C10_HOST_DEVICE bool empty() const { return pushed[0] == 0; }
+  // Requires !empty().
+  C10_HOST_DEVICE acc_t finish() {
+    for (int level = 0;; ++level) {
+      if (count[level] > 0) {
+        if (pushed[level] <= kBlock) return sum[level];  // the whole level was one block
+        count[level] = 0;
+        push(sum[level], level + 1);  // the last, partial block
+      }
+    }
+  }
+};
+
 }  // namespace detops

@@ -75,6 +75,18 @@ TEST(Contract, TreeHasTheDocumentedShape) {
   }
 }
 
+TEST(Contract, StreamingTreeGivesTheTreeBits) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (int64_t n : {1, 2, 31, 32, 33, 64, 1023, 1024, 1025, 1056, 32768, 32800, 70000}) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = dist(rng);
+    detops::StreamingTree<float> stream;
+    for (float x : v) stream.push(x);
+    EXPECT_EQ(bits_of(stream.finish()), bits_of(reference_tree(v))) << "n = " << n;
+  }
+}
+
 TEST(Contract, TreeLevels) {
   EXPECT_EQ(detops::tree_levels(1), 0);
   EXPECT_EQ(detops::tree_levels(32), 0);

@@ -1,0 +1,53 @@
+"""Shared fixtures: detops loaded from $DETOPS_LIBRARY (set by scripts/test.sh) or the build dir; the
+`gpu` marker skips cleanly without a CUDA device; every test leaves the mode, strict flag, deterministic
+flag and thread count as it found them."""
+
+import pytest
+import torch
+
+import detops
+
+HAS_CUDA = torch.cuda.is_available()
+
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="no CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_state():
+    mode, strict = detops.get_mode(), detops.get_strict()
+    flag, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    threads = torch.get_num_threads()
+    yield
+    detops.set_mode(mode)
+    detops.set_strict(strict)
+    torch.use_deterministic_algorithms(flag, warn_only=warn_only)
+    torch.set_num_threads(threads)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits, for bitwise comparisons (NaN-safe)."""
+    t = t.detach().contiguous().cpu()
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor, msg: str = "") -> None:
+    assert a.shape == b.shape and a.dtype == b.dtype, f"{msg}: {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"
+    assert torch.equal(bits(a), bits(b)), f"{msg}: not bitwise identical"
+
+
+def rtol_for(dtype: torch.dtype) -> float:
+    """detops accumulates in float (double for double) and rounds once: within one output ulp of float64."""
+    return {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}[dtype]
+
+
+def assert_close_to_f64(got: torch.Tensor, ref64: torch.Tensor, msg: str = "") -> None:
+    torch.testing.assert_close(got.double(), ref64.double(), rtol=rtol_for(got.dtype), atol=1e-5, msg=msg)
