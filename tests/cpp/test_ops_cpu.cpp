@@ -116,6 +116,11 @@ TEST(OpsCpu, BadInputsRaiseErrorsNamingTheOpAndTheValue) {
   expect_error([&] { detops::scatter_add(self, 0, at::zeros({3, 3}, at::kLong), src); }, "no larger");
   expect_error([&] { detops::scatter_add(self, 0, at::zeros({1, 3}), src); }, "int32/int64");
   expect_error([&] { detops::scatter_add(self, 0, at::zeros({1, 3}, at::kLong), src.to(at::kHalf)); }, "dtype");
+  const auto meta = at::TensorOptions().device(at::kMeta);
+  expect_error([&] { detops::index_add(self, 0, at::zeros({2}, meta.dtype(at::kLong)), src, 1); },
+               "index_add_(): expected index on the same device as self (cpu), but got meta");
+  expect_error([&] { detops::scatter_add(self, 0, at::zeros({1, 3}, at::kLong), at::ones({2, 3}, meta)); },
+               "scatter_add_(): expected src on the same device as self (cpu), but got meta");
   at::Tensor out = at::empty({5, 3}, at::kDouble);
   expect_error([&] { detops::scatter_add_out(self, 0, at::zeros({1, 3}, at::kLong), src, out); }, "out (Double)");
 }

@@ -1,0 +1,140 @@
+"""The mode API, the dispatcher's table in each mode, strict mode, loading, and error messages."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import detops
+
+detops_ops = torch.ops.detops
+COVERED = [
+    "aten::index_add",
+    "aten::index_add_",
+    "aten::index_add.out",
+    "aten::scatter_add",
+    "aten::scatter_add_",
+    "aten::scatter_add.out",
+]
+
+
+def cuda_kernel_line(name):
+    dump = torch._C._dispatch_dump(name)
+    lines = [line for line in dump.splitlines() if line.startswith("CUDA:")]
+    assert len(lines) == 1, dump
+    return lines[0]
+
+
+def test_covered_ops_lists_the_foundation_overloads():
+    assert set(COVERED) <= set(detops.covered_ops())
+    assert len(set(detops.covered_ops())) == len(detops.covered_ops())
+
+
+def test_version():
+    assert detops.__version__ == torch.ops.detops.version() == "0.1.0"
+
+
+@pytest.mark.parametrize("name", COVERED)
+def test_dispatcher_table_follows_the_mode(name):
+    detops.set_mode("auto")
+    assert "registration/overrides.cpp" in cuda_kernel_line(name)
+    detops.set_mode("off")
+    assert detops.get_mode() == "off"
+    line = cuda_kernel_line(name)
+    assert "registration/overrides.cpp" not in line and "RegisterCUDA" in line
+    detops.set_mode("always")
+    assert "registration/overrides.cpp" in cuda_kernel_line(name)
+
+
+def test_mode_context_manager_restores():
+    detops.set_mode("auto")
+    with detops.mode("off"):
+        assert detops.get_mode() == "off"
+        with detops.mode("always"):
+            assert detops.get_mode() == "always"
+        assert detops.get_mode() == "off"
+    assert detops.get_mode() == "auto"
+    with pytest.raises(RuntimeError):
+        with detops.mode("always"):
+            raise RuntimeError("boom")
+    assert detops.get_mode() == "auto"
+
+
+def test_enable_disable():
+    detops.disable()
+    assert detops.get_mode() == "off"
+    detops.enable()
+    assert detops.get_mode() == "auto"
+    detops.enable("always")
+    assert detops.get_mode() == "always"
+
+
+def test_unknown_mode_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown mode 'sometimes'"):
+        detops.set_mode("sometimes")
+    with pytest.raises(RuntimeError, match="unknown mode 'sometimes'"):
+        torch.ops.detops.set_mode("sometimes")
+    assert detops.get_mode() == "auto"
+
+
+def test_strict_api_and_context_manager():
+    detops.set_strict(False)
+    with detops.strict():
+        assert detops.get_strict()
+    assert not detops.get_strict()
+
+
+def run_python(code, **env):
+    full_env = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
+
+
+def test_loading_prints_at_most_one_line_of_warnings():
+    result = run_python("import detops")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 1, result.stderr
+    assert result.stdout == ""
+
+
+def test_environment_sets_initial_mode_and_strict():
+    result = run_python("import detops; print(detops.get_mode(), detops.get_strict())", DETOPS_MODE="off", DETOPS_STRICT="1")
+    assert result.stdout.split() == ["off", "True"], result.stderr
+    result = run_python("import detops", DETOPS_MODE="bogus")
+    assert result.returncode != 0 and "unknown mode 'bogus'" in result.stderr
+
+
+def test_missing_library_path_is_a_clear_error():
+    result = run_python("import detops", DETOPS_LIBRARY="/nonexistent/libdetops.so")
+    assert result.returncode != 0 and "DETOPS_LIBRARY" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "call, fragment",
+    [
+        (lambda x: detops_ops.index_add(x, 0, torch.tensor([0, 5]), torch.ones(2, 3)), r"index_add_\(\): index 5 at position 1 is out of bounds for dimension 0 with size 5"),
+        (lambda x: detops_ops.index_add(x, 0, torch.tensor([-1, 0]), torch.ones(2, 3)), r"index_add_\(\): index -1 at position 0"),
+        (lambda x: detops_ops.index_add(x, 0, torch.tensor([0.0, 1.0]), torch.ones(2, 3)), r"index_add_\(\): Expected dtype int32/int64 for index but got: Float"),
+        (lambda x: detops_ops.index_add(x, 0, torch.zeros(1, 2, dtype=torch.long), torch.ones(2, 3)), r"index_add_\(\): Index is supposed to be a vector, but got dim: 2"),
+        (lambda x: detops_ops.index_add(x, 0, torch.zeros(3, dtype=torch.long), torch.ones(2, 3)), r"index_add_\(\): Number of indices \(3\) should be equal to source.size\(dim\): \(2\)"),
+        (lambda x: detops_ops.index_add(x, 0, torch.zeros(2, dtype=torch.long), torch.ones(2, 4)), r"index_add_\(\): source tensor shape must match"),
+        (lambda x: detops_ops.index_add(x, 2, torch.zeros(2, dtype=torch.long), torch.ones(2, 3)), r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 2\)"),
+        (lambda x: detops_ops.index_add(x, 0, torch.zeros(2, dtype=torch.long), torch.ones(2, 3, dtype=torch.float64)), r"index_add_\(\): self \(Float\) and source \(Double\) must have the same scalar type"),
+        (lambda x: detops_ops.index_add.out(x, 0, torch.zeros(2, dtype=torch.long), torch.ones(2, 3), out=torch.empty(0, dtype=torch.int64)), r"index_add_\(\): out \(Long\) and self \(Float\)"),
+        (lambda x: detops_ops.scatter_add(x, 0, torch.tensor([[0, 5, 1]]), torch.ones(2, 3)), r"scatter_add_\(\): index 5 at position 1 is out of bounds for dimension 0 with size 5"),
+        (lambda x: detops_ops.scatter_add(x, 1, torch.tensor([[0, -2, 1]]), torch.ones(2, 3)), r"scatter_add_\(\): index -2"),
+        (lambda x: detops_ops.scatter_add(x, 0, torch.tensor([[0.0, 1.0, 1.0]]), torch.ones(2, 3)), r"scatter_add_\(\): Expected dtype int32/int64 for index"),
+        (lambda x: detops_ops.scatter_add(x, 0, torch.tensor([[0, 1, 1]]), torch.ones(2, 3, dtype=torch.float64)), r"scatter_add_\(\): Expected self.dtype to be equal to src.dtype"),
+        (lambda x: detops_ops.scatter_add(x, 0, torch.tensor([0, 1, 1]), torch.ones(2, 3)), r"scatter_add_\(\): Index tensor must have the same number of dimensions as self tensor"),
+        (lambda x: detops_ops.scatter_add(x, 0, torch.zeros(3, 3, dtype=torch.long), torch.ones(2, 3)), r"scatter_add_\(\): Expected index \[3, 3\] to be no larger than self \[5, 3\] apart from dimension 0 and to be no larger size than src \[2, 3\]"),
+        (lambda x: detops_ops.scatter_add(x, 0, torch.zeros(1, 4, dtype=torch.long), torch.ones(2, 4)), r"scatter_add_\(\): Expected index \[1, 4\] to be no larger than self"),
+        (lambda x: detops_ops.scatter_add(x, 3, torch.zeros(1, 3, dtype=torch.long), torch.ones(2, 3)), r"Dimension out of range"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(call, fragment):
+    x = torch.zeros(5, 3)
+    before = x.clone()
+    with pytest.raises((RuntimeError, IndexError), match=fragment):
+        call(x)
+    assert torch.equal(x, before)
