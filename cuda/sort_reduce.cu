@@ -1,6 +1,7 @@
 // The plan of the sort-reduce engine: stable radix sort of (key, source position), segment starts, and
 // compact scratch slots for the blocks of long segments (docs/order_contract.md).
 #include "cuda/sort_reduce.h"
+#include "cuda/sort_reduce_steps.h"
 #include "ops/contract.h"
 
 #include <ATen/ops/empty.h>
@@ -33,35 +34,25 @@ __global__ void iota_kernel(int32_t* out, int32_t n) {
   if (i < n) out[i] = i;
 }
 
-// One thread per sorted position: the position if it starts a segment, else 0 (max-scanned next).
+// One thread per sorted position: its head value (engine::head_value), max-scanned next.
 template <typename KeyT>
 __global__ void head_kernel(const KeyT* keys, int32_t n, int32_t* head) {
   const int32_t p = blockIdx.x * blockDim.x + threadIdx.x;
-  if (p < n) head[p] = (p == 0 || keys[p] != keys[p - 1]) ? p : 0;
+  if (p < n) head[p] = engine::head_value(keys, p);
 }
 
-// One thread per sorted position: 1 if it leads a block of a segment longer than one block.
-// NB: blocks start at multiples of kBlock from the segment start, never from a grid boundary.
+// One thread per sorted position: 1 if it leads a block of a long segment (engine::long_leader).
 template <typename KeyT>
 __global__ void long_leader_kernel(const KeyT* keys, const int32_t* segstart, int32_t n, int32_t* lead) {
   const int32_t p = blockIdx.x * blockDim.x + threadIdx.x;
-  if (p >= n) return;
-  const int32_t s0 = segstart[p];
-  const bool leader = (p - s0) % kBlock == 0;
-  const bool is_long = s0 + kBlock < n && keys[s0 + kBlock] == keys[p];
-  lead[p] = (leader && is_long) ? 1 : 0;
+  if (p < n) lead[p] = engine::long_leader(keys, segstart, n, p);
 }
 
-// One thread per sorted position: record each long-segment leader's slot, and the slot count.
+// One thread per sorted position: slots of long-segment leaders and the slot count (engine::fill_slot).
 __global__ void fill_slots_kernel(const int32_t* segstart, const int32_t* lead, const int32_t* slot,
                                   int32_t n, int32_t* slot_first, int32_t* slot_pos, int32_t* num_slots) {
   const int32_t p = blockIdx.x * blockDim.x + threadIdx.x;
-  if (p >= n) return;
-  if (lead[p]) {
-    slot_first[slot[p]] = slot[segstart[p]];
-    slot_pos[slot[p]] = p;
-  }
-  if (p == n - 1) *num_slots = slot[p] + lead[p];
+  if (p < n) engine::fill_slot(segstart, lead, slot, n, p, slot_first, slot_pos, num_slots);
 }
 
 template <typename KeyT>

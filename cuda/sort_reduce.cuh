@@ -5,6 +5,7 @@
 #pragma once
 
 #include "cuda/sort_reduce.h"
+#include "cuda/sort_reduce_steps.h"
 #include "ops/contract.h"
 
 #include <ATen/ops/empty.h>
@@ -43,34 +44,18 @@ __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys)
   keys[i] = static_cast<KeyT>(ok ? k : num_keys);
 }
 
-// Level 0: one thread per (sorted position, column); the leader of each block of kBlock positions of a
-// segment folds its block. NB: blocks are aligned to the segment start, so the shape depends only on the
-// segment's length. A segment of one block is finished here; longer ones leave block sums in scratch.
+// Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_step).
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void level0_kernel(Op op, const KeyT* keys, const int32_t* perm, const int32_t* segstart,
                               const int32_t* slot, int32_t n, int64_t num_keys, int64_t D, acc_t* scratch) {
   const int32_t p = blockIdx.x * blockDim.y + threadIdx.y;
   if (p >= n) return;
-  const int32_t s0 = segstart[p];
-  if ((p - s0) % kBlock != 0) return;
-  const KeyT key = keys[p];
-  if (static_cast<int64_t>(key) >= num_keys) return;
-  int count = 1;
-  while (count < kBlock && p + count < n && keys[p + count] == key) ++count;
-  const bool is_long = s0 + kBlock < n && keys[s0 + kBlock] == key;
   for (int64_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += int64_t{gridDim.y} * blockDim.x) {
-    const acc_t s = fold_block<acc_t>([&](int i) { return op.contribution(perm[p + i], c); }, count);
-    if (is_long) {
-      scratch[int64_t{slot[p]} * D + c] = s;
-    } else {
-      op.finalize(static_cast<int64_t>(key), c, s);
-    }
+    engine::level0_step<acc_t>(op, keys, perm, segstart, slot, n, num_keys, D, scratch, p, c);
   }
 }
 
-// Level L >= 1: one thread per (scratch slot, column); the leader of each group of kBlock items, items
-// `stride` = kBlock^(L-1) slots apart, folds them in place. The group that covers a whole segment
-// finishes it. NB: in place is safe: each item is read by one leader, which writes only its own slot.
+// Level L >= 1: one thread per (scratch slot, column); group leaders fold in place (engine::level_step).
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void level_kernel(Op op, const KeyT* keys, const int32_t* slot_first, const int32_t* slot_pos,
                              const int32_t* num_slots, int32_t max_slots, int64_t stride, int64_t D,
@@ -78,22 +63,8 @@ __global__ void level_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
   const int32_t q = blockIdx.x * blockDim.y + threadIdx.y;
   if (q >= max_slots) return;
   const int32_t total = *num_slots;
-  if (q >= total) return;
-  const int32_t f = slot_first[q];
-  if ((q - f) % (stride * kBlock) != 0) return;
-  const auto in_segment = [&](int64_t x) { return x < total && slot_first[x] == f; };
-  if (!in_segment(f + stride)) return;  // a single item left: finished at an earlier level
-  int count = 1;
-  while (count < kBlock && in_segment(q + count * stride)) ++count;
-  const bool last = q == f && !in_segment(f + stride * kBlock);
-  const int64_t key = last ? static_cast<int64_t>(keys[slot_pos[q]]) : 0;
   for (int64_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += int64_t{gridDim.y} * blockDim.x) {
-    const acc_t s = fold_block<acc_t>([&](int i) { return scratch[(q + i * stride) * D + c]; }, count);
-    if (last) {
-      op.finalize(key, c, s);
-    } else {
-      scratch[int64_t{q} * D + c] = s;
-    }
+    engine::level_step<acc_t>(op, keys, slot_first, slot_pos, total, stride, D, scratch, q, c);
   }
 }
 
