@@ -7,9 +7,11 @@
 #include "detops/detops.h"
 #include "ops/common.h"
 #include "ops/ops.h"
+#include "ops/bincount.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/index_add_cuda_dispatch.h>
+#include <ATen/ops/bincount_cuda_dispatch.h>
 #include <ATen/ops/scatter_add_cuda_dispatch.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -58,6 +60,7 @@ const Override kOverrides[] = {
     DETOPS_OVERRIDE("scatter_add", detops::scatter_add, at::cuda::scatter_add),
     DETOPS_OVERRIDE("scatter_add_", detops::scatter_add_, at::cuda::scatter_add_),
     DETOPS_OVERRIDE("scatter_add.out", detops::scatter_add_out, at::cuda::scatter_add_outf),
+    DETOPS_OVERRIDE("bincount", detops::bincount, at::cuda::bincount),
 };
 
 #undef DETOPS_OVERRIDE

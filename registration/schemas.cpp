@@ -2,6 +2,7 @@
 // running the detops kernels on CPU and CUDA tensors regardless of the mode; and the mode API.
 #include "detops/detops.h"
 #include "ops/ops.h"
+#include "ops/bincount.h"
 
 #include <torch/library.h>
 
@@ -14,6 +15,7 @@ TORCH_LIBRARY(detops, m) {
   m.def("scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor");
   m.def("scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)");
   m.def("scatter_add.out(Tensor self, int dim, Tensor index, Tensor src, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor");
 
   m.def("set_mode(str mode) -> ()", [](std::string mode) { detops::set_mode(mode); });
   m.def("get_mode() -> str", [] { return detops::get_mode(); });
@@ -29,7 +31,8 @@ TORCH_LIBRARY(detops, m) {
   m.impl("index_add.out", TORCH_FN(detops::index_add_out));       \
   m.impl("scatter_add", TORCH_FN(detops::scatter_add));           \
   m.impl("scatter_add_", TORCH_FN(detops::scatter_add_));         \
-  m.impl("scatter_add.out", TORCH_FN(detops::scatter_add_out));
+  m.impl("scatter_add.out", TORCH_FN(detops::scatter_add_out));   \
+  m.impl("bincount", TORCH_FN(detops::bincount));
 
 TORCH_LIBRARY_IMPL(detops, CPU, m) {
   DETOPS_TWINS(m)
