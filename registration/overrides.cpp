@@ -7,9 +7,13 @@
 #include "detops/detops.h"
 #include "ops/common.h"
 #include "ops/ops.h"
+#include "ops/bincount.h"
+#include "ops/embedding_bag.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/index_add_cuda_dispatch.h>
+#include <ATen/ops/bincount_cuda_dispatch.h>
+#include <ATen/ops/_embedding_bag_dense_backward_cuda_dispatch.h>
 #include <ATen/ops/scatter_add_cuda_dispatch.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -58,6 +62,9 @@ const Override kOverrides[] = {
     DETOPS_OVERRIDE("scatter_add", detops::scatter_add, at::cuda::scatter_add),
     DETOPS_OVERRIDE("scatter_add_", detops::scatter_add_, at::cuda::scatter_add_),
     DETOPS_OVERRIDE("scatter_add.out", detops::scatter_add_out, at::cuda::scatter_add_outf),
+    DETOPS_OVERRIDE("bincount", detops::bincount, at::cuda::bincount),
+    DETOPS_OVERRIDE("_embedding_bag_dense_backward", detops::embedding_bag_dense_backward,
+                    at::cuda::_embedding_bag_dense_backward),
 };
 
 #undef DETOPS_OVERRIDE

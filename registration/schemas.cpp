@@ -2,6 +2,8 @@
 // running the detops kernels on CPU and CUDA tensors regardless of the mode; and the mode API.
 #include "detops/detops.h"
 #include "ops/ops.h"
+#include "ops/bincount.h"
+#include "ops/embedding_bag.h"
 
 #include <torch/library.h>
 
@@ -14,6 +16,11 @@ TORCH_LIBRARY(detops, m) {
   m.def("scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor");
   m.def("scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)");
   m.def("scatter_add.out(Tensor self, int dim, Tensor index, Tensor src, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor");
+  m.def(
+      "_embedding_bag_dense_backward(Tensor grad, Tensor indices, Tensor offset2bag, Tensor bag_size, "
+      "Tensor maximum_indices, SymInt num_weights, bool scale_grad_by_freq, int mode, Tensor? per_sample_weights, "
+      "int padding_idx=-1) -> Tensor");
 
   m.def("set_mode(str mode) -> ()", [](std::string mode) { detops::set_mode(mode); });
   m.def("get_mode() -> str", [] { return detops::get_mode(); });
@@ -29,7 +36,9 @@ TORCH_LIBRARY(detops, m) {
   m.impl("index_add.out", TORCH_FN(detops::index_add_out));       \
   m.impl("scatter_add", TORCH_FN(detops::scatter_add));           \
   m.impl("scatter_add_", TORCH_FN(detops::scatter_add_));         \
-  m.impl("scatter_add.out", TORCH_FN(detops::scatter_add_out));
+  m.impl("scatter_add.out", TORCH_FN(detops::scatter_add_out));   \
+  m.impl("bincount", TORCH_FN(detops::bincount));                 \
+  m.impl("_embedding_bag_dense_backward", TORCH_FN(detops::embedding_bag_dense_backward));
 
 TORCH_LIBRARY_IMPL(detops, CPU, m) {
   DETOPS_TWINS(m)
