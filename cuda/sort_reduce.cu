@@ -94,7 +94,9 @@ SegmentPlan plan_typed(const at::Tensor& keys_in, int64_t num_keys) {
   C10_CUDA_CHECK(cub::DeviceScan::InclusiveScan(temp.data_ptr(), bytes, head.data_ptr<int32_t>(),
                                                 plan.segstart.data_ptr<int32_t>(), ::cuda::maximum<>{}, n, stream));
 
-  // Compact scratch slots for the blocks of long segments.
+  // Compact scratch slots for the blocks of long segments; none can exist with at most one block.
+  plan.levels = tree_levels(n);
+  if (plan.levels == 0) return plan;
   at::Tensor lead = head;  // reuse again
   long_leader_kernel<KeyT><<<blocks_for(n), kThreads, 0, stream>>>(kout, plan.segstart.data_ptr<int32_t>(), n,
                                                                    lead.data_ptr<int32_t>());
@@ -116,7 +118,6 @@ SegmentPlan plan_typed(const at::Tensor& keys_in, int64_t num_keys) {
       plan.segstart.data_ptr<int32_t>(), lead.data_ptr<int32_t>(), plan.slot.data_ptr<int32_t>(), n,
       plan.slot_first.data_ptr<int32_t>(), plan.slot_pos.data_ptr<int32_t>(), plan.num_slots.data_ptr<int32_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  plan.levels = tree_levels(n);
   return plan;
 }
 

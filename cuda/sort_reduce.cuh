@@ -82,7 +82,8 @@ void reduce_plan(const Op& op, const SegmentPlan& plan, int64_t num_keys, int64_
   const KeyT* keys = reinterpret_cast<const KeyT*>(plan.keys.data_ptr());
   const Launch2D l0 = launch_2d(n, D);
   level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(
-      op, keys, plan.perm.data_ptr<int32_t>(), plan.segstart.data_ptr<int32_t>(), plan.slot.data_ptr<int32_t>(), n,
+      op, keys, plan.perm.data_ptr<int32_t>(), plan.segstart.data_ptr<int32_t>(),
+      plan.levels > 0 ? plan.slot.data_ptr<int32_t>() : nullptr, n,
       num_keys, D, scratch_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   int64_t stride = 1;

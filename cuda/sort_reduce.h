@@ -14,6 +14,7 @@ struct SegmentPlan {
   at::Tensor keys;        // [n] destination keys, sorted (int32 storage of uint32, or int64)
   at::Tensor perm;        // [n] int32 source positions in sorted order
   at::Tensor segstart;    // [n] int32 first sorted position of each position's segment
+  // The rest is defined only when levels > 0 (more than one block of contributions).
   at::Tensor slot;        // [n] int32 scratch slot of each block leader of a long segment
   at::Tensor slot_first;  // [max_slots] int32 first slot of the slot's segment
   at::Tensor slot_pos;    // [max_slots] int32 sorted position of the slot's block leader
