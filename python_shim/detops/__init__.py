@@ -129,3 +129,7 @@ def covered_ops() -> List[str]:
 
 
 load_library()
+
+from .repro import dataloader_kwargs, enable_determinism, seed_worker  # noqa: E402
+
+__all__ += ["dataloader_kwargs", "enable_determinism", "seed_worker"]
