@@ -78,8 +78,11 @@ def _seed_checks() -> List[Check]:
     seed = torch.initial_seed()
     if not state:
         why = "not seeded through detops.enable_determinism(seed) in this process"
+        reseeded = seed != repro._startup_seed
         return [
-            Check("torch RNG seed", PROBLEM, seed, f"{why} (torch.initial_seed() = {seed})"),
+            Check("torch RNG seed", OK if reseeded else PROBLEM, seed,
+                  f"seeded with {seed} after import detops (not by enable_determinism)" if reseeded else
+                  f"{why} (torch.initial_seed() = {seed}, as at start-up)"),
             Check("Python random seed", PROBLEM, None, why),
             Check("NumPy global RNG seed", PROBLEM if repro._np is not None else NOTE, None,
                   why if repro._np is not None else "NumPy not installed"),

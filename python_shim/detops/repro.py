@@ -29,6 +29,9 @@ except ImportError:  # pragma: no cover - numpy is optional
 
 # What the last enable_determinism() did, for detops.doctor().
 _state: Dict[str, Any] = {}
+# torch's seed when detops was imported (random unless torch was seeded before): a different seed later
+# means torch was seeded explicitly.
+_startup_seed: int = torch.initial_seed()
 
 
 @dataclasses.dataclass

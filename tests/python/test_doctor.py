@@ -95,9 +95,14 @@ def test_flags_torch_reseeded_after_enable_determinism():
 
 def test_flags_rngs_never_seeded():
     repro._state.clear()
+    torch.manual_seed(repro._startup_seed)  # torch's seed as when the process started
     result = detops.doctor()
     for name in ("torch RNG seed", "Python random seed", "NumPy global RNG seed"):
         assert result[name].status == PROBLEM, name
+    torch.manual_seed(0)  # seeded by hand, not through detops: torch counts as seeded, the others do not
+    result = detops.doctor()
+    assert result["torch RNG seed"].status != PROBLEM and "not by enable_determinism" in result["torch RNG seed"].detail
+    assert result["Python random seed"].status == PROBLEM
 
 
 def test_flags_detops_off():
