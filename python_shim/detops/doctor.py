@@ -12,6 +12,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 import torch
+import torch.utils.deterministic
 
 from . import repro
 
@@ -133,6 +134,9 @@ def _checks() -> List[Check]:
     checks.append(_check("torch.backends.cudnn.benchmark", not torch.backends.cudnn.benchmark,
                          torch.backends.cudnn.benchmark, "False",
                          "True: cuDNN benchmarks and may pick different algorithms run to run"))
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    checks.append(_check("torch.utils.deterministic.fill_uninitialized_memory", fill, fill, "True",
+                         "False: uninitialised memory (torch.empty) is not filled under the flag"))
     checks.append(_cublas_check())
     rnn_ok = os.environ.get(repro.CUBLAS_VARIABLE) in repro.CUBLAS_DETERMINISTIC + (":4096:2",)
     checks.append(Check("CUDA RNN/LSTM", OK if rnn_ok else PROBLEM, os.environ.get(repro.CUBLAS_VARIABLE),

@@ -16,6 +16,7 @@ import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
+import torch.utils.deterministic
 
 CUBLAS_VARIABLE = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DEFAULT = ":4096:8"
@@ -69,6 +70,8 @@ def enable_determinism(seed: int, *, warn_only: bool = False) -> DeterminismReco
       NumPy's global RNG (``seed % 2**32``);
     * ``torch.use_deterministic_algorithms(True, warn_only=warn_only)``;
     * ``torch.backends.cudnn.deterministic = True`` and ``torch.backends.cudnn.benchmark = False``;
+    * ``torch.utils.deterministic.fill_uninitialized_memory = True`` (the default: under the flag, memory from
+      ``torch.empty`` and friends is filled, so reading it is reproducible);
     * ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` if unset; warns if CUDA is already initialised (cuBLAS may have
       set up its workspaces before the variable existed) or if it holds a nondeterministic value;
     * loads ``libdetops.so`` (if needed) and turns its overrides on if they were off.
@@ -128,6 +131,9 @@ def enable_determinism(seed: int, *, warn_only: bool = False) -> DeterminismReco
     benchmark = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = False
     record._set("torch.backends.cudnn.benchmark", benchmark, False)
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.utils.deterministic.fill_uninitialized_memory = True  # torch.empty & co. filled under the flag
+    record._set("torch.utils.deterministic.fill_uninitialized_memory", fill, True)
 
     _state.clear()
     _state.update(seed=seed, torch_seed=torch.initial_seed(), numpy_seed=_numpy_seed(seed),

@@ -477,9 +477,22 @@ def test_table_matches_stock_cuda_under_the_flag(key):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("key", sorted(stock_table.STOCK_TABLE))
+def test_covered_entries_run_under_the_flag_with_detops(key):
+    if key not in detops.covered_ops():
+        pytest.skip(f"{key} is not covered")
+    op, args, kwargs = sample(key, "cuda")
+    with detops.mode("auto"):
+        torch.use_deterministic_algorithms(True)
+        op(*args, **kwargs)
+        torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
 def test_audit_on_cuda_agrees_with_cpu():
     fn, args = _embedding_bag("max")("cuda")
-    assert detops.audit(fn, *args).ops(NOT_COVERED) == detops.audit(*_embedding_bag("max")("cpu")).ops(NOT_COVERED)
+    cpu_fn, cpu_args = _embedding_bag("max")("cpu")
+    assert detops.audit(fn, *args).ops(NOT_COVERED) == detops.audit(cpu_fn, *cpu_args).ops(NOT_COVERED)
 
 
 def test_cli_audit(tmp_path):

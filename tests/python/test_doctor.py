@@ -18,10 +18,12 @@ def _clean(monkeypatch):
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # records the original value, restored afterwards
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     cudnn = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    fill = torch.utils.deterministic.fill_uninitialized_memory
     state = dict(repro._state)
     detops.enable_determinism(123)
     yield
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
+    torch.utils.deterministic.fill_uninitialized_memory = fill
     repro._state.clear()
     repro._state.update(state)
 
@@ -36,7 +38,8 @@ def test_all_ok_after_enable_determinism():
     assert result.problems == []
     for name in ("torch RNG seed", "Python random seed", "NumPy global RNG seed",
                  "torch.use_deterministic_algorithms", "torch.backends.cudnn.deterministic",
-                 "torch.backends.cudnn.benchmark", "CUBLAS_WORKSPACE_CONFIG", "CUDA RNN/LSTM", "detops"):
+                 "torch.backends.cudnn.benchmark", "torch.utils.deterministic.fill_uninitialized_memory",
+                 "CUBLAS_WORKSPACE_CONFIG", "CUDA RNN/LSTM", "detops"):
         assert result[name].ok is True, name
     for name in ("DataLoader workers", "NumPy Generator objects", "PYTHONHASHSEED"):
         assert result[name].ok is None, name
@@ -75,6 +78,11 @@ def test_flags_cublas_variable_set_after_cuda_initialised(monkeypatch):
         detops.enable_determinism(123)
     check = detops.doctor()["CUBLAS_WORKSPACE_CONFIG"]
     assert check.status == PROBLEM and "after CUDA was initialised" in check.detail
+
+
+def test_flags_fill_uninitialized_memory_off():
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    assert _status("torch.utils.deterministic.fill_uninitialized_memory") == PROBLEM
 
 
 def test_flags_deterministic_flag_off():

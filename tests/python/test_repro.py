@@ -22,9 +22,11 @@ def _restore_repro_state(monkeypatch):
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # records the original value, restored afterwards
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     cudnn = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    fill = torch.utils.deterministic.fill_uninitialized_memory
     state = dict(repro._state)
     yield
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
+    torch.utils.deterministic.fill_uninitialized_memory = fill
     repro._state.clear()
     repro._state.update(state)
 
@@ -33,6 +35,7 @@ def _plant_bad_state():
     torch.use_deterministic_algorithms(False)
     torch.backends.cudnn.deterministic = False
     torch.backends.cudnn.benchmark = True
+    torch.utils.deterministic.fill_uninitialized_memory = False
     detops.set_mode("off")
 
 
@@ -61,6 +64,8 @@ def test_sets_every_flag_seed_and_variable():
     assert record.changed["torch.use_deterministic_algorithms"] == ((False, False), (True, False))
     assert record.changed["torch.backends.cudnn.deterministic"] == (False, True)
     assert record.changed["torch.backends.cudnn.benchmark"] == (True, False)
+    assert torch.utils.deterministic.fill_uninitialized_memory is True
+    assert record.changed["torch.utils.deterministic.fill_uninitialized_memory"] == (False, True)
     assert record.changed["CUBLAS_WORKSPACE_CONFIG"] == (None, ":4096:8")
     assert record.changed["detops mode"] == ("off", "auto")
     assert record.changed["torch.manual_seed"][1] == 1234
