@@ -151,8 +151,8 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func.has_kernel_for_dispatch_key(DispatchKey.CompositeImplicitAutograd):
-            # Backward formulas call composite ops (_embedding_bag_backward, ...) that reach this mode whole:
-            # run their decomposition under the mode, so the kernels they call are recorded instead.
+            # A CompositeImplicitAutograd op that reaches the mode whole never runs a kernel of its own: run
+            # its decomposition under the mode, so the overloads it calls are recorded instead.
             with self:
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
