@@ -2,6 +2,7 @@
 // the deterministic CUDA kernels (see detops::covered_ops()) and the torch.ops.detops twins.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,5 +25,12 @@ std::vector<std::string> covered_ops();
 
 // Library version, "MAJOR.MINOR.PATCH".
 std::string version();
+
+// The LibTorch side of the reproducibility recipe (python: detops.enable_determinism): seeds the CPU and
+// every CUDA generator with `seed`, turns on the deterministic-algorithms flag (warn_only as given), sets
+// cuDNN deterministic on and benchmark off, and sets CUBLAS_WORKSPACE_CONFIG=:4096:8 if it is unset (warns
+// if a CUDA context already exists then: cuBLAS may have set up its workspaces before). Call it before the
+// first CUDA operation. The overrides are on from the moment libdetops.so is loaded (mode "auto").
+void enable_determinism(uint64_t seed, bool warn_only = false);
 
 }  // namespace detops

@@ -129,3 +129,15 @@ def covered_ops() -> List[str]:
 
 
 load_library()
+
+from .repro import dataloader_kwargs, enable_determinism, seed_worker  # noqa: E402
+
+__all__ += ["dataloader_kwargs", "enable_determinism", "seed_worker"]
+
+from .doctor import doctor  # noqa: E402
+
+__all__ += ["doctor"]
+
+from .audit import audit  # noqa: E402
+
+__all__ += ["audit"]

@@ -38,14 +38,46 @@ def demo() -> int:
     return 0
 
 
+def doctor_command() -> int:
+    print(detops.doctor().format())
+    return 0
+
+
+def audit_command(target: str, show_all: bool) -> int:
+    """Imports ``module:function`` (the module from sys.path or the current directory) and audits a call
+    of the function with no arguments; exit status 1 if something would throw, not covered."""
+    import importlib
+
+    module_name, _, function_name = target.partition(":")
+    if not module_name or not function_name:
+        print(f"python -m detops audit: expected module:function, got {target!r}", file=sys.stderr)
+        return 2
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    fn = importlib.import_module(module_name)
+    for part in function_name.split("."):
+        fn = getattr(fn, part)
+    result = detops.audit(fn)
+    print(result.format(show_deterministic=show_all))
+    return 0 if result.ok else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m detops")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="load the library and run the covered ops under the flag")
     sub.add_parser("report", help="the report (for now: the demo)")
+    sub.add_parser("doctor", help="check every source of irreproducibility in this environment")
+    audit_parser = sub.add_parser("audit", help="classify the aten ops a function hits, for CUDA under the flag")
+    audit_parser.add_argument("target", help="module:function, called with no arguments (e.g. a script's main)")
+    audit_parser.add_argument("--all", action="store_true", help="list the deterministic overloads one per line")
     args = parser.parse_args(argv)
     if args.command in ("demo", "report"):
         return demo()
+    if args.command == "doctor":
+        return doctor_command()
+    if args.command == "audit":
+        return audit_command(args.target, args.all)
     return 2
 
 
