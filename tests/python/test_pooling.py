@@ -494,3 +494,48 @@ def test_gpu_1000_reruns_identical(name, shape, forward):
     first = twin_backward(out, grad, device="cuda")
     for _ in range(1000):
         assert torch.equal(twin_backward(out, grad, device="cuda"), first)
+
+
+def tiny_resnet():
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveMaxPool2d((6, 5)),
+        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d((3, 2)),
+        torch.nn.Flatten(), torch.nn.Unflatten(1, (48, 1, 1)), torch.nn.Conv2d(48, 4, 1))
+
+
+def tiny_conv3d():
+    return torch.nn.Sequential(
+        torch.nn.Conv3d(2, 6, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool3d(3, stride=2, padding=1),
+        torch.nn.Conv3d(6, 6, 3, padding=1), torch.nn.ReLU(), torch.nn.AvgPool3d(2, stride=1, ceil_mode=True),
+        torch.nn.FractionalMaxPool3d(2, output_size=(3, 3, 2)), torch.nn.AdaptiveAvgPool3d((2, 2, 1)),
+        torch.nn.AdaptiveMaxPool3d((1, 2, 1)))
+
+
+def train_20_steps(make, shape):
+    """20 SGD steps under the flag (no nn.Linear: cuBLAS would need CUBLAS_WORKSPACE_CONFIG)."""
+    torch.manual_seed(0)
+    torch.cuda.manual_seed(0)
+    model = make().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        for _ in range(20):
+            x = torch.randn(shape, generator=g).cuda()
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make,shape", [(tiny_resnet, (4, 3, 16, 15)), (tiny_conv3d, (2, 2, 12, 11, 10))],
+                         ids=["resnet_like", "conv3d"])
+def test_gpu_training_20_steps_bitwise_identical(make, shape):
+    first = train_20_steps(make, shape)
+    second = train_20_steps(make, shape)
+    for a, b in zip(first, second):
+        assert_bitwise_equal(a, b, "weights after 20 steps")
