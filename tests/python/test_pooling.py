@@ -539,3 +539,32 @@ def test_gpu_training_20_steps_bitwise_identical(make, shape):
     second = train_20_steps(make, shape)
     for a, b in zip(first, second):
         assert_bitwise_equal(a, b, "weights after 20 steps")
+
+
+@pytest.mark.parametrize("name,shape,forward", CASES, ids=CASE_IDS)
+def test_non_contiguous_grad_output_and_indices(name, shape, forward):
+    x, out, grad, _ = run_stock(shape, forward, torch.float32)
+    want = twin_backward(out, grad)
+    strided = torch.empty([*grad.shape[:-1], 3 * grad.shape[-1]])[..., ::3]
+    strided.copy_(grad)
+    assert not strided.is_contiguous()
+    fn = out.grad_fn
+    if hasattr(fn, "_saved_result1"):
+        idx = fn._saved_result1
+        idx_strided = torch.empty([*idx.shape[:-1], 2 * idx.shape[-1]], dtype=idx.dtype)[..., ::2]
+        idx_strided.copy_(idx)
+        name_ = type(fn).__name__
+        if name_ == "AdaptiveMaxPool2DBackward0":
+            got = ops.adaptive_max_pool2d_backward(strided, fn._saved_self, idx_strided)
+        elif name_ == "AdaptiveMaxPool3DBackward0":
+            got = ops.adaptive_max_pool3d_backward(strided, fn._saved_self, idx_strided)
+        elif name_ == "MaxPool3DWithIndicesBackward0":
+            got = ops.max_pool3d_with_indices_backward(
+                strided, fn._saved_self, fn._saved_kernel_size, fn._saved_stride, fn._saved_padding,
+                fn._saved_dilation, fn._saved_ceil_mode, idx_strided)
+        else:
+            op = ops.fractional_max_pool2d_backward if "2D" in name_ else ops.fractional_max_pool3d_backward
+            got = op(strided, fn._saved_self, fn._saved_kernel_size, fn._saved_output_size, idx_strided)
+    else:
+        got = twin_backward(out, strided)
+    assert_bitwise_equal(got, want, name)
