@@ -9,12 +9,22 @@
 #include "ops/ops.h"
 #include "ops/bincount.h"
 #include "ops/embedding_bag.h"
+#include "ops/pooling.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/index_add_cuda_dispatch.h>
 #include <ATen/ops/bincount_cuda_dispatch.h>
 #include <ATen/ops/_embedding_bag_dense_backward_cuda_dispatch.h>
 #include <ATen/ops/scatter_add_cuda_dispatch.h>
+#include <ATen/ops/_adaptive_avg_pool2d_backward_cuda_dispatch.h>
+#include <ATen/ops/_adaptive_avg_pool3d_backward_cuda_dispatch.h>
+#include <ATen/ops/adaptive_avg_pool3d_backward_cuda_dispatch.h>
+#include <ATen/ops/adaptive_max_pool2d_backward_cuda_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_backward_cuda_dispatch.h>
+#include <ATen/ops/avg_pool3d_backward_cuda_dispatch.h>
+#include <ATen/ops/fractional_max_pool2d_backward_cuda_dispatch.h>
+#include <ATen/ops/fractional_max_pool3d_backward_cuda_dispatch.h>
+#include <ATen/ops/max_pool3d_with_indices_backward_cuda_dispatch.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -65,6 +75,35 @@ const Override kOverrides[] = {
     DETOPS_OVERRIDE("bincount", detops::bincount, at::cuda::bincount),
     DETOPS_OVERRIDE("_embedding_bag_dense_backward", detops::embedding_bag_dense_backward,
                     at::cuda::_embedding_bag_dense_backward),
+    DETOPS_OVERRIDE("_adaptive_avg_pool2d_backward", detops::adaptive_avg_pool2d_backward,
+                    at::cuda::_adaptive_avg_pool2d_backward),
+    DETOPS_OVERRIDE("_adaptive_avg_pool3d_backward", detops::adaptive_avg_pool3d_backward,
+                    at::cuda::_adaptive_avg_pool3d_backward),
+    DETOPS_OVERRIDE("adaptive_avg_pool3d_backward.grad_input", detops::adaptive_avg_pool3d_backward_out,
+                    at::cuda::adaptive_avg_pool3d_backward_outf),
+    DETOPS_OVERRIDE("avg_pool3d_backward", detops::avg_pool3d_backward, at::cuda::avg_pool3d_backward),
+    DETOPS_OVERRIDE("avg_pool3d_backward.grad_input", detops::avg_pool3d_backward_out,
+                    at::cuda::avg_pool3d_backward_outf),
+    DETOPS_OVERRIDE("adaptive_max_pool2d_backward", detops::adaptive_max_pool2d_backward,
+                    at::cuda::adaptive_max_pool2d_backward),
+    DETOPS_OVERRIDE("adaptive_max_pool2d_backward.grad_input", detops::adaptive_max_pool2d_backward_out,
+                    at::cuda::adaptive_max_pool2d_backward_outf),
+    DETOPS_OVERRIDE("adaptive_max_pool3d_backward", detops::adaptive_max_pool3d_backward,
+                    at::cuda::adaptive_max_pool3d_backward),
+    DETOPS_OVERRIDE("adaptive_max_pool3d_backward.grad_input", detops::adaptive_max_pool3d_backward_out,
+                    at::cuda::adaptive_max_pool3d_backward_outf),
+    DETOPS_OVERRIDE("fractional_max_pool2d_backward", detops::fractional_max_pool2d_backward,
+                    at::cuda::fractional_max_pool2d_backward),
+    DETOPS_OVERRIDE("fractional_max_pool2d_backward.grad_input", detops::fractional_max_pool2d_backward_out,
+                    at::cuda::fractional_max_pool2d_backward_outf),
+    DETOPS_OVERRIDE("fractional_max_pool3d_backward", detops::fractional_max_pool3d_backward,
+                    at::cuda::fractional_max_pool3d_backward),
+    DETOPS_OVERRIDE("fractional_max_pool3d_backward.grad_input", detops::fractional_max_pool3d_backward_out,
+                    at::cuda::fractional_max_pool3d_backward_outf),
+    DETOPS_OVERRIDE("max_pool3d_with_indices_backward", detops::max_pool3d_with_indices_backward,
+                    at::cuda::max_pool3d_with_indices_backward),
+    DETOPS_OVERRIDE("max_pool3d_with_indices_backward.grad_input", detops::max_pool3d_with_indices_backward_out,
+                    at::cuda::max_pool3d_with_indices_backward_outf),
 };
 
 #undef DETOPS_OVERRIDE

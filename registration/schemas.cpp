@@ -4,6 +4,7 @@
 #include "ops/ops.h"
 #include "ops/bincount.h"
 #include "ops/embedding_bag.h"
+#include "ops/pooling.h"
 
 #include <torch/library.h>
 
@@ -21,6 +22,45 @@ TORCH_LIBRARY(detops, m) {
       "_embedding_bag_dense_backward(Tensor grad, Tensor indices, Tensor offset2bag, Tensor bag_size, "
       "Tensor maximum_indices, SymInt num_weights, bool scale_grad_by_freq, int mode, Tensor? per_sample_weights, "
       "int padding_idx=-1) -> Tensor");
+  m.def("_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor");
+  m.def("_adaptive_avg_pool3d_backward(Tensor grad_output, Tensor self) -> Tensor");
+  m.def(
+      "adaptive_avg_pool3d_backward.grad_input(Tensor grad_output, Tensor self, *, Tensor(a!) grad_input) -> "
+      "Tensor(a!)");
+  m.def(
+      "avg_pool3d_backward(Tensor grad_output, Tensor self, int[3] kernel_size, int[3] stride, int[3] padding, "
+      "bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor");
+  m.def(
+      "avg_pool3d_backward.grad_input(Tensor grad_output, Tensor self, int[3] kernel_size, int[3] stride, "
+      "int[3] padding, bool ceil_mode, bool count_include_pad, int? divisor_override, *, Tensor(a!) grad_input) "
+      "-> Tensor(a!)");
+  m.def("adaptive_max_pool2d_backward(Tensor grad_output, Tensor self, Tensor indices) -> Tensor");
+  m.def(
+      "adaptive_max_pool2d_backward.grad_input(Tensor grad_output, Tensor self, Tensor indices, *, "
+      "Tensor(a!) grad_input) -> Tensor(a!)");
+  m.def("adaptive_max_pool3d_backward(Tensor grad_output, Tensor self, Tensor indices) -> Tensor");
+  m.def(
+      "adaptive_max_pool3d_backward.grad_input(Tensor grad_output, Tensor self, Tensor indices, *, "
+      "Tensor(a!) grad_input) -> Tensor(a!)");
+  m.def(
+      "fractional_max_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] output_size, "
+      "Tensor indices) -> Tensor");
+  m.def(
+      "fractional_max_pool2d_backward.grad_input(Tensor grad_output, Tensor self, int[2] kernel_size, "
+      "int[2] output_size, Tensor indices, *, Tensor(a!) grad_input) -> Tensor(a!)");
+  m.def(
+      "fractional_max_pool3d_backward(Tensor grad_output, Tensor self, int[3] kernel_size, int[3] output_size, "
+      "Tensor indices) -> Tensor");
+  m.def(
+      "fractional_max_pool3d_backward.grad_input(Tensor grad_output, Tensor self, int[3] kernel_size, "
+      "int[3] output_size, Tensor indices, *, Tensor(a!) grad_input) -> Tensor(a!)");
+  m.def(
+      "max_pool3d_with_indices_backward(Tensor grad_output, Tensor self, int[3] kernel_size, int[3] stride, "
+      "int[3] padding, int[3] dilation, bool ceil_mode, Tensor indices) -> Tensor");
+  m.def(
+      "max_pool3d_with_indices_backward.grad_input(Tensor grad_output, Tensor self, int[3] kernel_size, "
+      "int[3] stride, int[3] padding, int[3] dilation, bool ceil_mode, Tensor indices, *, Tensor(a!) grad_input) "
+      "-> Tensor(a!)");
 
   m.def("set_mode(str mode) -> ()", [](std::string mode) { detops::set_mode(mode); });
   m.def("get_mode() -> str", [] { return detops::get_mode(); });
@@ -40,10 +80,29 @@ TORCH_LIBRARY(detops, m) {
   m.impl("bincount", TORCH_FN(detops::bincount));                 \
   m.impl("_embedding_bag_dense_backward", TORCH_FN(detops::embedding_bag_dense_backward));
 
+#define DETOPS_POOLING_TWINS(m)                                                                                \
+  m.impl("_adaptive_avg_pool2d_backward", TORCH_FN(detops::adaptive_avg_pool2d_backward));                     \
+  m.impl("_adaptive_avg_pool3d_backward", TORCH_FN(detops::adaptive_avg_pool3d_backward));                     \
+  m.impl("adaptive_avg_pool3d_backward.grad_input", TORCH_FN(detops::adaptive_avg_pool3d_backward_out));       \
+  m.impl("avg_pool3d_backward", TORCH_FN(detops::avg_pool3d_backward));                                        \
+  m.impl("avg_pool3d_backward.grad_input", TORCH_FN(detops::avg_pool3d_backward_out));                         \
+  m.impl("adaptive_max_pool2d_backward", TORCH_FN(detops::adaptive_max_pool2d_backward));                      \
+  m.impl("adaptive_max_pool2d_backward.grad_input", TORCH_FN(detops::adaptive_max_pool2d_backward_out));       \
+  m.impl("adaptive_max_pool3d_backward", TORCH_FN(detops::adaptive_max_pool3d_backward));                      \
+  m.impl("adaptive_max_pool3d_backward.grad_input", TORCH_FN(detops::adaptive_max_pool3d_backward_out));       \
+  m.impl("fractional_max_pool2d_backward", TORCH_FN(detops::fractional_max_pool2d_backward));                  \
+  m.impl("fractional_max_pool2d_backward.grad_input", TORCH_FN(detops::fractional_max_pool2d_backward_out));   \
+  m.impl("fractional_max_pool3d_backward", TORCH_FN(detops::fractional_max_pool3d_backward));                  \
+  m.impl("fractional_max_pool3d_backward.grad_input", TORCH_FN(detops::fractional_max_pool3d_backward_out));   \
+  m.impl("max_pool3d_with_indices_backward", TORCH_FN(detops::max_pool3d_with_indices_backward));              \
+  m.impl("max_pool3d_with_indices_backward.grad_input", TORCH_FN(detops::max_pool3d_with_indices_backward_out));
+
 TORCH_LIBRARY_IMPL(detops, CPU, m) {
   DETOPS_TWINS(m)
+  DETOPS_POOLING_TWINS(m)
 }
 
 TORCH_LIBRARY_IMPL(detops, CUDA, m) {
   DETOPS_TWINS(m)
+  DETOPS_POOLING_TWINS(m)
 }
