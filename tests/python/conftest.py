@@ -23,6 +23,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _restore_global_state():
+    # Importing torch.testing._internal (for OpInfo samples) freezes the cuDNN flags process-wide
+    # (torch.backends.disable_global_flags); the reproducibility tests set them, as users do.
+    torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
     mode, strict = detops.get_mode(), detops.get_strict()
     flag, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     threads = torch.get_num_threads()

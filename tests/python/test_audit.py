@@ -21,8 +21,11 @@ DEVICES = ["cpu", "meta"]
 
 
 def throws_category(op):
-    """What a throwing overload is classified as today: covered iff in detops.covered_ops()."""
-    return COVERED if op in detops.covered_ops() else NOT_COVERED
+    """What a throwing overload is classified as today: covered iff it, or the overload its kernel calls
+    (the table's covered_by), is in detops.covered_ops()."""
+    entry = stock_table.lookup(op, *_matching_args(op))
+    target = entry.covered_by if entry is not None and entry.covered_by else op
+    return COVERED if target in detops.covered_ops() else NOT_COVERED
 
 
 def _x(*shape, device="cpu", grad=True):
