@@ -6,9 +6,11 @@
 // adding one line to kOverrides, its twin schema in registration/schemas.cpp, and tests.
 #include "detops/detops.h"
 #include "ops/common.h"
+#include "ops/ctc_loss.h"
 #include "ops/ops.h"
 
 #include <ATen/Context.h>
+#include <ATen/ops/_ctc_loss_backward_cuda_dispatch.h>
 #include <ATen/ops/index_add_cuda_dispatch.h>
 #include <ATen/ops/scatter_add_cuda_dispatch.h>
 #include <c10/util/Exception.h>
@@ -51,6 +53,22 @@ struct Override {
 #define DETOPS_OVERRIDE(name, ours, stock) \
   Override { name, &install<&Choose<&ours, &stock>::call> }
 
+// at::cuda::_ctc_loss_backward is overloaded; these name each overload for DETOPS_OVERRIDE.
+at::Tensor stock_ctc_loss_backward(const at::Tensor& grad, const at::Tensor& log_probs, const at::Tensor& targets,
+                                   at::IntArrayRef input_lengths, at::IntArrayRef target_lengths,
+                                   const at::Tensor& nll, const at::Tensor& log_alpha, int64_t blank,
+                                   bool zero_infinity) {
+  return at::cuda::_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank,
+                                      zero_infinity);
+}
+at::Tensor stock_ctc_loss_backward_tensor(const at::Tensor& grad, const at::Tensor& log_probs,
+                                          const at::Tensor& targets, const at::Tensor& input_lengths,
+                                          const at::Tensor& target_lengths, const at::Tensor& nll,
+                                          const at::Tensor& log_alpha, int64_t blank, bool zero_infinity) {
+  return at::cuda::_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank,
+                                      zero_infinity);
+}
+
 const Override kOverrides[] = {
     DETOPS_OVERRIDE("index_add", detops::index_add, at::cuda::index_add),
     DETOPS_OVERRIDE("index_add_", detops::index_add_, at::cuda::index_add_),
@@ -58,6 +76,8 @@ const Override kOverrides[] = {
     DETOPS_OVERRIDE("scatter_add", detops::scatter_add, at::cuda::scatter_add),
     DETOPS_OVERRIDE("scatter_add_", detops::scatter_add_, at::cuda::scatter_add_),
     DETOPS_OVERRIDE("scatter_add.out", detops::scatter_add_out, at::cuda::scatter_add_outf),
+    DETOPS_OVERRIDE("_ctc_loss_backward", detops::ctc_loss_backward, stock_ctc_loss_backward),
+    DETOPS_OVERRIDE("_ctc_loss_backward.Tensor", detops::ctc_loss_backward_tensor, stock_ctc_loss_backward_tensor),
 };
 
 #undef DETOPS_OVERRIDE

@@ -21,7 +21,8 @@ std::string cuda_kernel_of(const std::string& name) {
 
 TEST(Registration, CoversTheSixOverloads) {
   const std::vector<std::string> expected = {"aten::index_add",   "aten::index_add_",   "aten::index_add.out",
-                                             "aten::scatter_add", "aten::scatter_add_", "aten::scatter_add.out"};
+                                             "aten::scatter_add", "aten::scatter_add_", "aten::scatter_add.out",
+                                             "aten::_ctc_loss_backward", "aten::_ctc_loss_backward.Tensor"};
   EXPECT_EQ(detops::covered_ops(), expected);
 }
 
