@@ -181,6 +181,46 @@ def test_end_to_end_reductions(reduction, dtype, concat):
     torch.testing.assert_close(ours_grad, stock_grad, **tol(dtype))
 
 
+def _opinfo_samples():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    (info,) = [o for o in op_db if o.name == "nn.functional.ctc_loss"]
+    return list(info.sample_inputs("cpu", torch.float64, requires_grad=False))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_opinfo_samples(dtype):
+    """The OpInfo samples of nn.functional.ctc_loss: stock autograd vs the twin on the saved tensors."""
+    samples = _opinfo_samples()
+    assert samples
+    for sample in samples:
+        targets, il, tl = sample.args
+        reduction, zero_infinity = sample.kwargs["reduction"], sample.kwargs["zero_infinity"]
+        x = sample.input.to(dtype).requires_grad_(True)
+        loss = F.ctc_loss(x, targets, il, tl, **sample.kwargs)
+        upstream = torch.linspace(0.5, 1.5, loss.numel(), dtype=dtype).reshape(loss.shape)
+        (expected,) = torch.autograd.grad(loss, x, upstream)
+        lp = x.detach()
+        tensors = isinstance(il, torch.Tensor)
+        if tensors:
+            nll, la = torch.ops.aten._ctc_loss.Tensor(lp, targets, il, tl, 0, zero_infinity)
+        else:
+            nll, la = torch.ops.aten._ctc_loss(lp, targets, il, tl, 0, zero_infinity)
+        tl_t = torch.as_tensor(tl, dtype=dtype)
+        if reduction == "none":
+            grad_nll = upstream
+        elif reduction == "sum":
+            grad_nll = upstream.expand(nll.shape)
+        else:
+            grad_nll = upstream / tl_t.clamp_min(1) / nll.numel()
+        twin = torch.ops.detops._ctc_loss_backward.Tensor if tensors else torch.ops.detops._ctc_loss_backward
+        got = twin(grad_nll, lp, targets, il, tl, nll, la, 0, zero_infinity)
+        if zero_infinity:
+            torch.testing.assert_close(got, expected, **tol(dtype))
+        else:
+            torch.testing.assert_close(got, expected, equal_nan=True, **tol(dtype))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_bitwise_across_reruns_and_thread_counts(dtype):
     args = make_case(dtype, T=120, B=8, C=30, L=40, seed=10)
@@ -307,7 +347,8 @@ def _train_ctc_model(steps=20):
 
 
 @pytest.mark.gpu
-def test_gpu_ctc_training_is_bitwise_reproducible():
+def test_gpu_ctc_training_is_bitwise_reproducible(monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS under the flag
     torch.use_deterministic_algorithms(True)
     detops.set_mode("auto")
     first, second = _train_ctc_model(), _train_ctc_model()
