@@ -97,14 +97,19 @@ struct CtcBackwardOp {
       const int64_t start = c == 0 ? 0 : group_end[row + c - 1];
       const int64_t stop = group_end[row + c];
       T collected = ctc::neg_inf<T>();
-      if (stop > start) {
-        // NB: contributions in ascending s, the fixed tree, log-add-exp as the combine.
+      // NB: contributions in ascending s, the fixed tree, log-add-exp as the combine. Up to kBlock of them
+      // the tree is one fold_block (no scratch); beyond, StreamingTree gives tree_reduce's bits.
+      const auto contribution = [&](int64_t k) {
+        const int64_t a = ab_index(n, t, perm[n * S + k]);
+        return add_rn(log_alpha[a], log_beta[a]);
+      };
+      if (stop - start > kBlock) {
         StreamingTree<T, 7, ctc::LogAddExp> tree;
-        for (int64_t k = start; k < stop; ++k) {
-          const int64_t a = ab_index(n, t, perm[n * S + k]);
-          tree.push(add_rn(log_alpha[a], log_beta[a]));
-        }
+        for (int64_t k = start; k < stop; ++k) tree.push(contribution(k));
         collected = tree.finish();
+      } else if (stop > start) {
+        collected = fold_block<T>([&](int j) { return contribution(start + j); }, static_cast<int>(stop - start),
+                                  ctc::LogAddExp());
       }
       const T l = lp(t, n, c);
       const T sub = ctc::exp(add_rn(add_rn(collected, nll_n), -l));
