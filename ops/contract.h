@@ -108,11 +108,20 @@ C10_HOST_DEVICE inline acc_type<scalar_t> to_acc(scalar_t v) {
   return static_cast<acc_type<scalar_t>>(v);
 }
 
+// The combine of the sum family: one rounded addition. Other ops pass their own stateless combine
+// (for example LogAddExp in ops/ctc_loss_math.h); the tree's shape does not depend on it.
+struct AddRn {
+  template <typename acc_t>
+  C10_HOST_DEVICE acc_t operator()(acc_t a, acc_t b) const {
+    return add_rn(a, b);
+  }
+};
+
 // Step 2 of the contract: fold `count` (1..kBlock) values left to right.
-template <typename acc_t, typename Get>
-C10_HOST_DEVICE inline acc_t fold_block(const Get& get, int count) {
+template <typename acc_t, typename Get, typename Combine = AddRn>
+C10_HOST_DEVICE inline acc_t fold_block(const Get& get, int count, const Combine& combine = Combine()) {
   acc_t s = get(0);
-  for (int i = 1; i < count; ++i) s = add_rn(s, get(i));
+  for (int i = 1; i < count; ++i) s = combine(s, get(i));
   return s;
 }
 
@@ -129,14 +138,14 @@ C10_HOST_DEVICE inline int tree_levels(int64_t n) {
 
 // The whole tree for one segment, sequentially (the CPU engine). `buf` must hold ceil(n / kBlock)
 // values. The GPU engine computes the same tree level by level (cuda/sort_reduce.cuh).
-template <typename acc_t, typename Get>
-inline acc_t tree_reduce(int64_t n, const Get& get, acc_t* buf) {
-  if (n <= kBlock) return fold_block<acc_t>(get, static_cast<int>(n));
+template <typename acc_t, typename Get, typename Combine = AddRn>
+inline acc_t tree_reduce(int64_t n, const Get& get, acc_t* buf, const Combine& combine = Combine()) {
+  if (n <= kBlock) return fold_block<acc_t>(get, static_cast<int>(n), combine);
   int64_t m = 0;
   for (int64_t b = 0; b * kBlock < n; ++b, ++m) {
     const int64_t base = b * kBlock;
     const int count = static_cast<int>(n - base < kBlock ? n - base : kBlock);
-    buf[b] = fold_block<acc_t>([&](int i) { return get(base + i); }, count);
+    buf[b] = fold_block<acc_t>([&](int i) { return get(base + i); }, count, combine);
   }
   while (m > 1) {
     int64_t next = 0;
@@ -144,7 +153,7 @@ inline acc_t tree_reduce(int64_t n, const Get& get, acc_t* buf) {
       const int64_t base = b * kBlock;
       const int count = static_cast<int>(m - base < kBlock ? m - base : kBlock);
       // NB: in place is safe: block b reads buf[b*kBlock..] and writes buf[b] <= b*kBlock.
-      buf[b] = fold_block<acc_t>([&](int i) { return buf[base + i]; }, count);
+      buf[b] = fold_block<acc_t>([&](int i) { return buf[base + i]; }, count, combine);
     }
     m = next;
   }
@@ -154,7 +163,7 @@ inline acc_t tree_reduce(int64_t n, const Get& get, acc_t* buf) {
 // The same tree, fed one contribution at a time in source order, for gather kernels that enumerate an
 // output element's contributions themselves (pooling windows) and do not know their count up front.
 // push() every contribution, then finish(); gives the bits of tree_reduce over the same sequence.
-template <typename acc_t, int kLevels = 7>  // 32^7 contributions at most
+template <typename acc_t, int kLevels = 7, typename Combine = AddRn>  // 32^7 contributions at most
 struct StreamingTree {
   acc_t sum[kLevels];
   int count[kLevels] = {};    // items in the open block of each level
@@ -162,7 +171,7 @@ struct StreamingTree {
 
   C10_HOST_DEVICE void push(acc_t v, int level = 0) {
     while (true) {
-      sum[level] = count[level] == 0 ? v : add_rn(sum[level], v);
+      sum[level] = count[level] == 0 ? v : Combine()(sum[level], v);
       ++pushed[level];
       if (++count[level] < kBlock) return;
       count[level] = 0;  // a full block: its sum is one item of the next level

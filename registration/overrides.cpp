@@ -6,12 +6,14 @@
 // adding one line to kOverrides, its twin schema in registration/schemas.cpp, and tests.
 #include "detops/detops.h"
 #include "ops/common.h"
+#include "ops/ctc_loss.h"
 #include "ops/ops.h"
 #include "ops/bincount.h"
 #include "ops/embedding_bag.h"
 #include "ops/pooling.h"
 
 #include <ATen/Context.h>
+#include <ATen/ops/_ctc_loss_backward_cuda_dispatch.h>
 #include <ATen/ops/index_add_cuda_dispatch.h>
 #include <ATen/ops/bincount_cuda_dispatch.h>
 #include <ATen/ops/_embedding_bag_dense_backward_cuda_dispatch.h>
@@ -65,6 +67,22 @@ struct Override {
 #define DETOPS_OVERRIDE(name, ours, stock) \
   Override { name, &install<&Choose<&ours, &stock>::call> }
 
+// at::cuda::_ctc_loss_backward is overloaded; these name each overload for DETOPS_OVERRIDE.
+at::Tensor stock_ctc_loss_backward(const at::Tensor& grad, const at::Tensor& log_probs, const at::Tensor& targets,
+                                   at::IntArrayRef input_lengths, at::IntArrayRef target_lengths,
+                                   const at::Tensor& nll, const at::Tensor& log_alpha, int64_t blank,
+                                   bool zero_infinity) {
+  return at::cuda::_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank,
+                                      zero_infinity);
+}
+at::Tensor stock_ctc_loss_backward_tensor(const at::Tensor& grad, const at::Tensor& log_probs,
+                                          const at::Tensor& targets, const at::Tensor& input_lengths,
+                                          const at::Tensor& target_lengths, const at::Tensor& nll,
+                                          const at::Tensor& log_alpha, int64_t blank, bool zero_infinity) {
+  return at::cuda::_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank,
+                                      zero_infinity);
+}
+
 const Override kOverrides[] = {
     DETOPS_OVERRIDE("index_add", detops::index_add, at::cuda::index_add),
     DETOPS_OVERRIDE("index_add_", detops::index_add_, at::cuda::index_add_),
@@ -104,6 +122,8 @@ const Override kOverrides[] = {
                     at::cuda::max_pool3d_with_indices_backward),
     DETOPS_OVERRIDE("max_pool3d_with_indices_backward.grad_input", detops::max_pool3d_with_indices_backward_out,
                     at::cuda::max_pool3d_with_indices_backward_outf),
+    DETOPS_OVERRIDE("_ctc_loss_backward", detops::ctc_loss_backward, stock_ctc_loss_backward),
+    DETOPS_OVERRIDE("_ctc_loss_backward.Tensor", detops::ctc_loss_backward_tensor, stock_ctc_loss_backward_tensor),
 };
 
 #undef DETOPS_OVERRIDE

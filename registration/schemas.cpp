@@ -1,6 +1,7 @@
 // The torch.ops.detops namespace: a twin of every overridden aten overload, with the identical schema,
 // running the detops kernels on CPU and CUDA tensors regardless of the mode; and the mode API.
 #include "detops/detops.h"
+#include "ops/ctc_loss.h"
 #include "ops/ops.h"
 #include "ops/bincount.h"
 #include "ops/embedding_bag.h"
@@ -105,4 +106,27 @@ TORCH_LIBRARY_IMPL(detops, CPU, m) {
 TORCH_LIBRARY_IMPL(detops, CUDA, m) {
   DETOPS_TWINS(m)
   DETOPS_POOLING_TWINS(m)
+}
+
+// _ctc_loss_backward (ops/ctc_loss.h).
+TORCH_LIBRARY_FRAGMENT(detops, m) {
+  m.def(
+      "_ctc_loss_backward(Tensor grad, Tensor log_probs, Tensor targets, int[] input_lengths, int[] target_lengths, "
+      "Tensor neg_log_likelihood, Tensor log_alpha, int blank, bool zero_infinity=False) -> Tensor");
+  m.def(
+      "_ctc_loss_backward.Tensor(Tensor grad, Tensor log_probs, Tensor targets, Tensor input_lengths, "
+      "Tensor target_lengths, Tensor neg_log_likelihood, Tensor log_alpha, int blank, bool zero_infinity=False) "
+      "-> Tensor");
+}
+
+#define DETOPS_CTC_LOSS_TWINS(m)                                                   \
+  m.impl("_ctc_loss_backward", TORCH_FN(detops::ctc_loss_backward));               \
+  m.impl("_ctc_loss_backward.Tensor", TORCH_FN(detops::ctc_loss_backward_tensor));
+
+TORCH_LIBRARY_IMPL(detops, CPU, m) {
+  DETOPS_CTC_LOSS_TWINS(m)
+}
+
+TORCH_LIBRARY_IMPL(detops, CUDA, m) {
+  DETOPS_CTC_LOSS_TWINS(m)
 }

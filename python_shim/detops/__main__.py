@@ -10,6 +10,18 @@ import torch
 import detops
 
 
+def _ctc_loss_backward(device: str) -> torch.Tensor:
+    """CTC loss backward: through autograd on CUDA (the aten override), the twin on CPU."""
+    g = torch.Generator().manual_seed(1)
+    lp = torch.randn(20, 3, 6, generator=g).log_softmax(2).to(device).requires_grad_(True)
+    targets = torch.randint(1, 6, (3, 5), generator=g).to(device)
+    il, tl = [20, 18, 15], [5, 4, 3]
+    if device == "cuda":
+        return torch.autograd.grad(torch.nn.functional.ctc_loss(lp, targets, il, tl), lp)[0]
+    nll, log_alpha = torch.ops.aten._ctc_loss(lp.detach(), targets, il, tl, 0, False)
+    return torch.ops.detops._ctc_loss_backward(torch.ones(3), lp.detach(), targets, il, tl, nll, log_alpha, 0)
+
+
 def demo() -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"detops {detops.__version__} from {detops.load_library()}")
@@ -26,6 +38,7 @@ def demo() -> int:
             if device == "cuda" else torch.ops.detops.index_add(x, 0, index, rows, alpha=2),
             "scatter_add": lambda: torch.ops.aten.scatter_add(x, 0, index2d, rows)
             if device == "cuda" else torch.ops.detops.scatter_add(x, 0, index2d, rows),
+            "ctc_loss": lambda: _ctc_loss_backward(device),
         }
         for name, fn in ops.items():
             first, second = fn(), fn()

@@ -1,0 +1,138 @@
+// _ctc_loss_backward on CUDA: launch glue over CtcBackwardOp (ops/ctc_loss_op.h). Checks are done by
+// ops/ctc_loss.cpp. No atomics on floating-point values: every output is computed by one thread with the
+// contract's tree (docs/order_contract.md, "Log-add-exp").
+#include "cuda/ctc_loss_launch.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+namespace detops::cuda {
+namespace {
+
+constexpr int kGroupThreads = 256;
+constexpr int kBetaThreads = 256;
+constexpr int kGradThreads = 256;
+
+// One block per batch element: label counts (integer atomics, exact), a block-wide exclusive scan, then
+// warp 0 places the extended positions 32 at a time in ascending s, ranking equal labels within a chunk
+// with __match_any_sync. NB: gives the CPU's stable counting sort exactly (integers only).
+template <typename Op>
+__global__ void __launch_bounds__(kGroupThreads) ctc_group_kernel(Op op, int32_t* perm, int32_t* group_end) {
+  __shared__ int32_t partial[kGroupThreads];
+  const int64_t n = blockIdx.x;
+  const int64_t C = op.num_labels;
+  const int64_t positions = 2 * op.target_lengths[n] + 1;
+  int32_t* cursor = group_end + n * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) cursor[c] = 0;
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < positions; s += blockDim.x) atomicAdd(&cursor[op.label(n, s)], 1);
+  __syncthreads();
+  const int64_t chunk = (C + blockDim.x - 1) / blockDim.x;
+  const int64_t lo = std::min<int64_t>(C, threadIdx.x * chunk);
+  const int64_t hi = std::min<int64_t>(C, lo + chunk);
+  int32_t sum = 0;
+  for (int64_t c = lo; c < hi; ++c) sum += cursor[c];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t run = 0;
+    for (unsigned i = 0; i < blockDim.x; ++i) {
+      const int32_t v = partial[i];
+      partial[i] = run;
+      run += v;
+    }
+  }
+  __syncthreads();
+  int32_t run = partial[threadIdx.x];
+  for (int64_t c = lo; c < hi; ++c) {
+    const int32_t v = cursor[c];
+    cursor[c] = run;
+    run += v;
+  }
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  const unsigned lane = threadIdx.x;
+  for (int64_t base = 0; base < positions; base += 32) {
+    const int64_t s = base + lane;
+    const bool active = s < positions;
+    // Inactive lanes get a label of their own, so they never share a group.
+    const int64_t c = active ? op.label(n, s) : -1 - static_cast<int64_t>(lane);
+    const unsigned peers = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(c));
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    int32_t start = 0;
+    if (active) {
+      start = cursor[c];
+      perm[n * op.S + start + rank] = static_cast<int32_t>(s);
+    }
+    __syncwarp();
+    if (active && rank == 0) cursor[c] = start + __popc(peers);
+    __syncwarp();
+  }
+}
+
+// One block per batch element; threads over the extended positions s, rows t from input_length - 1 down
+// to 0 with one barrier per row.
+template <typename Op>
+__global__ void __launch_bounds__(kBetaThreads) ctc_beta_kernel(Op op) {
+  const int64_t n = blockIdx.x;
+  const int64_t input_length = op.input_lengths[n];
+  if (input_length == 0) return;
+  const int64_t positions = 2 * op.target_lengths[n] + 1;
+  for (int64_t s = threadIdx.x; s < positions; s += blockDim.x) op.beta_last(n, s);
+  for (int64_t t = input_length - 2; t >= 0; --t) {
+    __syncthreads();
+    for (int64_t s = threadIdx.x; s < positions; s += blockDim.x) op.beta_cell(n, t, s);
+  }
+}
+
+// One thread per output element (t, n, c), grid-stride.
+template <typename Op>
+__global__ void __launch_bounds__(kGradThreads) ctc_grad_kernel(Op op, int64_t numel) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < numel;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    op.grad_at(i);
+  }
+}
+
+}  // namespace
+
+void ctc_loss_backward_kernel(at::Tensor& out, const at::Tensor& grad_out, const at::Tensor& log_probs,
+                              const at::Tensor& targets, const CtcPlan& plan, const at::Tensor& neg_log_likelihood,
+                              const at::Tensor& log_alpha, int64_t blank, bool zero_infinity) {
+  const c10::cuda::CUDAGuard guard(out.device());
+  const int64_t batch = plan.batch;
+  if (out.numel() == 0 || batch == 0) return;
+  const at::Tensor meta = at::empty({3 * batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  std::copy(plan.meta.begin(), plan.meta.end(), meta.mutable_data_ptr<int64_t>());
+  const at::Tensor meta_dev = meta.to(out.device(), /*non_blocking=*/true);
+  at::Tensor log_beta = at::empty(log_alpha.sizes(), log_alpha.options());
+  const at::Tensor perm = at::empty({batch, log_alpha.size(2)}, out.options().dtype(at::kInt));
+  const at::Tensor group_end = at::empty({batch, out.size(2)}, out.options().dtype(at::kInt));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int beta_threads =
+      static_cast<int>(std::min<int64_t>(kBetaThreads, std::max<int64_t>(32, (2 * plan.max_target_length + 32) / 32 * 32)));
+  const int64_t numel = out.numel();
+  const int64_t grad_blocks = std::min<int64_t>((numel + kGradThreads - 1) / kGradThreads, int64_t{1} << 20);
+  AT_DISPATCH_FLOATING_TYPES(log_probs.scalar_type(), "detops_ctc_loss_backward_cuda", [&] {
+    AT_DISPATCH_INDEX_TYPES(targets.scalar_type(), "detops_ctc_loss_backward_cuda_targets", [&] {
+      const auto op = make_ctc_backward_op<scalar_t, index_t>(out, grad_out, log_probs, targets,
+                                                              meta_dev.const_data_ptr<int64_t>(), plan,
+                                                              neg_log_likelihood, log_alpha, log_beta, perm,
+                                                              group_end, blank, zero_infinity);
+      ctc_group_kernel<<<static_cast<unsigned>(batch), kGroupThreads, 0, stream>>>(
+          op, perm.mutable_data_ptr<int32_t>(), group_end.mutable_data_ptr<int32_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      ctc_beta_kernel<<<static_cast<unsigned>(batch), beta_threads, 0, stream>>>(op);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      ctc_grad_kernel<<<static_cast<unsigned>(grad_blocks), kGradThreads, 0, stream>>>(op, numel);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+}
+
+}  // namespace detops::cuda

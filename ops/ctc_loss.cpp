@@ -1,0 +1,211 @@
+// _ctc_loss_backward (IntArrayRef and .Tensor overloads): checks, routing and the CPU path. The CUDA
+// path is cuda/ctc_loss.cu; both run CtcBackwardOp (ops/ctc_loss_op.h), so they give the same bits
+// (docs/order_contract.md, "Log-add-exp").
+#include "ops/ctc_loss.h"
+
+#include "cuda/ctc_loss_launch.h"
+#include "detops/detops.h"
+#include "ops/common.h"
+#include "ops/ctc_loss_op.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/_to_copy.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+
+#include <algorithm>
+
+namespace detops {
+namespace {
+
+constexpr const char* kOp = "_ctc_loss_backward";
+
+// Stock's argument checks (aten LossCTC.cpp, ctc_loss_allocate_outputs), plus the ones stock's backward
+// leaves out and that keep every read in bounds: shapes of grad, neg_log_likelihood and log_alpha, dtypes
+// and devices.
+CtcPlan check_ctc_loss_backward(const at::Tensor& grad, const at::Tensor& log_probs, const at::Tensor& targets,
+                                at::IntArrayRef input_lengths, at::IntArrayRef target_lengths,
+                                const at::Tensor& nll, const at::Tensor& log_alpha, int64_t blank) {
+  TORCH_CHECK(log_probs.dim() == 3, kOp, "(): expected log_probs of 3 dims (input_length, batch, num_labels), got ",
+              log_probs.dim());
+  const auto dtype = log_probs.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, kOp,
+              "(): log_probs must be float or double (as stock's kernels), got ", dtype);
+  TORCH_CHECK(grad.scalar_type() == dtype && nll.scalar_type() == dtype && log_alpha.scalar_type() == dtype, kOp,
+              "(): grad (", grad.scalar_type(), "), neg_log_likelihood (", nll.scalar_type(), ") and log_alpha (",
+              log_alpha.scalar_type(), ") must have log_probs' dtype ", dtype);
+  TORCH_CHECK(targets.scalar_type() == at::kLong || targets.scalar_type() == at::kInt, kOp,
+              "(): targets must be int32 or int64, got ", targets.scalar_type());
+  TORCH_CHECK(targets.dim() == 1 || targets.dim() == 2, kOp, "(): targets must have 1 or 2 dims, got ",
+              targets.dim());
+  check_same_device(kOp, log_probs, grad, "grad");
+  check_same_device(kOp, log_probs, targets, "targets");
+  check_same_device(kOp, log_probs, nll, "neg_log_likelihood");
+  check_same_device(kOp, log_probs, log_alpha, "log_alpha");
+
+  const int64_t max_T = log_probs.size(0);
+  const int64_t batch = log_probs.size(1);
+  const int64_t num_labels = log_probs.size(2);
+  TORCH_CHECK(0 <= blank && blank < num_labels, kOp, "(): blank must be in label range [0, ", num_labels,
+              "), got ", blank);
+  TORCH_CHECK(static_cast<int64_t>(input_lengths.size()) == batch, kOp,
+              "(): input_lengths must be of size batch_size (", batch, "), got ", input_lengths.size());
+  TORCH_CHECK(static_cast<int64_t>(target_lengths.size()) == batch, kOp,
+              "(): target_lengths must be of size batch_size (", batch, "), got ", target_lengths.size());
+  TORCH_CHECK(grad.dim() == 1 && grad.size(0) == batch, kOp, "(): grad must have shape [", batch, "], got ",
+              grad.sizes());
+  TORCH_CHECK(nll.dim() == 1 && nll.size(0) == batch, kOp, "(): neg_log_likelihood must have shape [", batch,
+              "], got ", nll.sizes());
+
+  CtcPlan plan;
+  plan.batch = batch;
+  plan.meta.resize(3 * batch);
+  int64_t pos = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(input_lengths[b] >= 0 && input_lengths[b] <= max_T, kOp, "(): input_lengths[", b, "] = ",
+                input_lengths[b], " is outside [0, ", max_T, "]");
+    TORCH_CHECK(target_lengths[b] >= 0, kOp, "(): target_lengths[", b, "] = ", target_lengths[b],
+                " is negative");
+    plan.meta[b] = input_lengths[b];
+    plan.meta[batch + b] = target_lengths[b];
+    plan.max_target_length = std::max(plan.max_target_length, target_lengths[b]);
+    if (targets.dim() == 1) {
+      // NB: stock's addressing (offset in elements, then stride(0) per element), so that the labels read
+      // here are the ones stock's forward read when it made log_alpha.
+      plan.meta[2 * batch + b] = pos;
+      pos += target_lengths[b];
+    } else {
+      plan.meta[2 * batch + b] = b * targets.stride(0);
+    }
+  }
+  if (targets.dim() == 1) {
+    TORCH_CHECK(targets.size(0) >= pos, kOp, "(): concatenated targets have ", targets.size(0),
+                " elements, but target_lengths sum to ", pos);
+    plan.tg_stride = targets.stride(0);
+  } else {
+    TORCH_CHECK(targets.size(0) == batch, kOp, "(): targets must have batch_size (", batch, ") rows, got ",
+                targets.size(0));
+    TORCH_CHECK(targets.size(1) >= plan.max_target_length, kOp, "(): targets must have at least ",
+                plan.max_target_length, " columns (the longest target), got ", targets.size(1));
+    plan.tg_stride = targets.stride(1);
+  }
+  TORCH_CHECK(log_alpha.dim() == 3 && log_alpha.size(0) == batch && log_alpha.size(1) == max_T &&
+                  log_alpha.size(2) >= 2 * plan.max_target_length + 1,
+              kOp, "(): log_alpha must have shape [", batch, ", ", max_T, ", >= ", 2 * plan.max_target_length + 1,
+              "] (from _ctc_loss), got ", log_alpha.sizes());
+  return plan;
+}
+
+// Raises, naming the first bad value, if a used target is outside [0, num_labels). CPU tensors always;
+// CUDA tensors in strict mode (a device-to-host copy into the same strides), otherwise the kernels
+// assert. NB: reads the elements the kernels read, with stock's addressing (offset + j * stride).
+void check_target_values(const at::Tensor& targets, const CtcPlan& plan, int64_t num_labels) {
+  if (!targets.is_cpu() && !get_strict()) return;
+  at::Tensor host = targets;
+  if (!targets.is_cpu()) {
+    host = at::empty_strided(targets.sizes(), targets.strides(), targets.options().device(at::kCPU));
+    host.copy_(targets);
+  }
+  AT_DISPATCH_INDEX_TYPES(host.scalar_type(), "detops_ctc_check_targets", [&] {
+    const index_t* p = host.const_data_ptr<index_t>();
+    for (int64_t b = 0; b < plan.batch; ++b) {
+      const int64_t offset = plan.meta[2 * plan.batch + b];
+      for (int64_t j = 0; j < plan.meta[plan.batch + b]; ++j) {
+        const int64_t v = static_cast<int64_t>(p[offset + j * plan.tg_stride]);
+        TORCH_CHECK(v >= 0 && v < num_labels, kOp, "(): target ", v, " (batch element ", b, ", position ", j,
+                    ") is outside the label range [0, ", num_labels, ")");
+      }
+    }
+  });
+}
+
+// Per batch element, a stable counting sort of the extended positions by label.
+template <typename Op>
+void group_by_label(const Op& op, int64_t n, int32_t* perm, int32_t* group_end) {
+  const int64_t positions = 2 * op.target_lengths[n] + 1;
+  int32_t* cursor = group_end + n * op.num_labels;
+  std::fill(cursor, cursor + op.num_labels, 0);
+  for (int64_t s = 0; s < positions; ++s) ++cursor[op.label(n, s)];
+  int32_t run = 0;
+  for (int64_t c = 0; c < op.num_labels; ++c) {
+    const int32_t count = cursor[c];
+    cursor[c] = run;
+    run += count;
+  }
+  // Afterwards cursor[c] is the end of label c's group.
+  for (int64_t s = 0; s < positions; ++s) perm[n * op.S + cursor[op.label(n, s)]++] = static_cast<int32_t>(s);
+}
+
+void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Tensor& log_probs,
+                           const at::Tensor& targets, const CtcPlan& plan, const at::Tensor& nll,
+                           const at::Tensor& log_alpha, int64_t blank, bool zero_infinity) {
+  const int64_t batch = log_probs.size(1);
+  at::Tensor log_beta = at::empty(log_alpha.sizes(), log_alpha.options());
+  const at::Tensor perm = at::empty({batch, log_alpha.size(2)}, log_probs.options().dtype(at::kInt));
+  const at::Tensor group_end = at::empty({batch, log_probs.size(2)}, log_probs.options().dtype(at::kInt));
+  AT_DISPATCH_FLOATING_TYPES(log_probs.scalar_type(), "detops_ctc_loss_backward_cpu", [&] {
+    AT_DISPATCH_INDEX_TYPES(targets.scalar_type(), "detops_ctc_loss_backward_cpu_targets", [&] {
+      const auto op = make_ctc_backward_op<scalar_t, index_t>(out, grad, log_probs, targets, plan.meta.data(), plan,
+                                                              nll, log_alpha, log_beta, perm, group_end, blank,
+                                                              zero_infinity);
+      int32_t* perm_data = perm.mutable_data_ptr<int32_t>();
+      int32_t* end_data = group_end.mutable_data_ptr<int32_t>();
+      // NB: every value below is computed by one fixed formula; the split over threads only decides who.
+      at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t n = begin; n < end; ++n) {
+          group_by_label(op, n, perm_data, end_data);
+          const int64_t input_length = op.input_lengths[n];
+          if (input_length == 0) continue;
+          const int64_t positions = 2 * op.target_lengths[n] + 1;
+          for (int64_t s = 0; s < positions; ++s) op.beta_last(n, s);
+          for (int64_t t = input_length - 2; t >= 0; --t) {
+            for (int64_t s = 0; s < positions; ++s) op.beta_cell(n, t, s);
+          }
+        }
+      });
+      at::parallel_for(0, out.numel(), 4096, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) op.grad_at(i);
+      });
+    });
+  });
+}
+
+}  // namespace
+
+at::Tensor ctc_loss_backward(const at::Tensor& grad, const at::Tensor& log_probs, const at::Tensor& targets,
+                             at::IntArrayRef input_lengths, at::IntArrayRef target_lengths,
+                             const at::Tensor& neg_log_likelihood, const at::Tensor& log_alpha, int64_t blank,
+                             bool zero_infinity) {
+  const CtcPlan plan = check_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths,
+                                               neg_log_likelihood, log_alpha, blank);
+  check_target_values(targets, plan, log_probs.size(2));
+  at::Tensor out = at::empty(log_probs.sizes(), log_probs.options().memory_format(at::MemoryFormat::Contiguous));
+  if (out.numel() == 0) return out;
+  const at::Tensor lp = log_probs.contiguous();
+  const at::Tensor la = log_alpha.contiguous();
+  const at::Tensor nll = neg_log_likelihood.contiguous();
+  if (out.is_cuda()) {
+    cuda::ctc_loss_backward_kernel(out, grad, lp, targets, plan, nll, la, blank, zero_infinity);
+  } else {
+    ctc_loss_backward_cpu(out, grad, lp, targets, plan, nll, la, blank, zero_infinity);
+  }
+  return out;
+}
+
+at::Tensor ctc_loss_backward_tensor(const at::Tensor& grad, const at::Tensor& log_probs, const at::Tensor& targets,
+                                    const at::Tensor& input_lengths, const at::Tensor& target_lengths,
+                                    const at::Tensor& neg_log_likelihood, const at::Tensor& log_alpha,
+                                    int64_t blank, bool zero_infinity) {
+  TORCH_CHECK(at::isIntegralType(input_lengths.scalar_type(), /*includeBool=*/false), kOp,
+              "(): input_lengths must be integral, got ", input_lengths.scalar_type());
+  TORCH_CHECK(at::isIntegralType(target_lengths.scalar_type(), /*includeBool=*/false), kOp,
+              "(): target_lengths must be integral, got ", target_lengths.scalar_type());
+  const at::Tensor il = at::_to_copy(input_lengths, input_lengths.options().dtype(at::kLong).device(at::kCPU)).contiguous();
+  const at::Tensor tl = at::_to_copy(target_lengths, target_lengths.options().dtype(at::kLong).device(at::kCPU)).contiguous();
+  return ctc_loss_backward(grad, log_probs, targets, at::IntArrayRef(il.const_data_ptr<int64_t>(), il.numel()),
+                           at::IntArrayRef(tl.const_data_ptr<int64_t>(), tl.numel()), neg_log_likelihood,
+                           log_alpha, blank, zero_infinity);
+}
+
+}  // namespace detops

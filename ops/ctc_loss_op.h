@@ -1,0 +1,171 @@
+// _ctc_loss_backward: the per-element arithmetic shared by the CPU path (ops/ctc_loss.cpp) and the CUDA
+// kernels (cuda/ctc_loss.cu). Graves et al. 2006: beta recursion (eq. 10, 11), then eq. 16 with the
+// collection over target positions done by the order contract with log-add-exp as the combine
+// (docs/order_contract.md, "Log-add-exp").
+#pragma once
+
+#include "ops/contract.h"
+#include "ops/ctc_loss_math.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace detops {
+
+template <typename scalar_t, typename target_t>
+struct CtcBackwardOp {
+  using T = scalar_t;  // float or double: computed in its own type, as stock does
+  const T* log_probs;           // [max_T, batch, num_labels], contiguous
+  const target_t* targets;      // element j of batch element n at tg_offsets[n] + j * tg_stride
+  const int64_t* input_lengths;   // [batch]
+  const int64_t* target_lengths;  // [batch]
+  const int64_t* tg_offsets;      // [batch]
+  int64_t tg_stride;
+  const T* log_alpha;  // [batch, max_T, S], contiguous
+  T* log_beta;         // [batch, max_T, S], contiguous; rows t < input_length, columns s <= 2L written
+  const T* nll;        // [batch], contiguous
+  const T* grad_out;
+  int64_t grad_out_stride;
+  // Per batch element n: perm[n * S + k] lists the extended positions s grouped by label l'(s), ascending
+  // s within each group; label c's group is perm[start, group_end[n * num_labels + c]) with start the end
+  // of label c - 1's group (0 for c = 0).
+  const int32_t* perm;
+  const int32_t* group_end;
+  T* grad;  // [max_T, batch, num_labels], contiguous
+  int64_t max_T;
+  int64_t batch;
+  int64_t num_labels;
+  int64_t S;  // log_alpha.size(2) >= 2 * max target length + 1
+  int64_t blank;
+  bool zero_infinity;
+
+  // l'(s) of the extended label sequence: blank at even s, target (s - 1) / 2 at odd s. A label outside
+  // [0, num_labels) (checked on the host for CPU tensors and in strict mode) asserts on the device and
+  // is read as blank, so nothing is read or written out of bounds.
+  C10_HOST_DEVICE int64_t label(int64_t n, int64_t s) const {
+    if (s % 2 == 0) return blank;
+    const int64_t c = static_cast<int64_t>(targets[tg_offsets[n] + tg_stride * (s / 2)]);
+    const bool ok = c >= 0 && c < num_labels;
+#if defined(__CUDA_ARCH__)
+    CUDA_KERNEL_ASSERT(ok && "detops: ctc_loss target out of range (set DETOPS_STRICT=1 for a host-side error)");
+#endif
+    return ok ? c : blank;
+  }
+  C10_HOST_DEVICE T lp(int64_t t, int64_t n, int64_t c) const {
+    return log_probs[(t * batch + n) * num_labels + c];
+  }
+  C10_HOST_DEVICE int64_t ab_index(int64_t n, int64_t t, int64_t s) const {
+    return (n * max_T + t) * S + s;
+  }
+
+  // The initialisation before eq. (10), at t = input_length - 1 (> = 0), for s in [0, 2L].
+  C10_HOST_DEVICE void beta_last(int64_t n, int64_t s) const {
+    const int64_t L = target_lengths[n];
+    const int64_t t = input_lengths[n] - 1;
+    T v = ctc::neg_inf<T>();
+    if (s == 2 * L) {
+      v = lp(t, n, blank);
+    } else if (s == 2 * L - 1) {
+      v = lp(t, n, label(n, s));
+    }
+    log_beta[ab_index(n, t, s)] = v;
+  }
+
+  // Eq. (10) / (11) for t < input_length - 1, s in [0, 2L], from row t + 1; stock's operation order.
+  C10_HOST_DEVICE void beta_cell(int64_t n, int64_t t, int64_t s) const {
+    const int64_t L = target_lengths[n];
+    const int64_t cur = label(n, s);
+    const T* next = log_beta + ab_index(n, t + 1, 0);
+    const T l1 = next[s];
+    const T l2 = s < 2 * L ? next[s + 1] : ctc::neg_inf<T>();
+    const T l3 = (s < 2 * L - 1 && label(n, s + 2) != cur) ? next[s + 2] : ctc::neg_inf<T>();
+    log_beta[ab_index(n, t, s)] = add_rn(ctc::log_sum_exp3(l1, l2, l3), lp(t, n, cur));
+  }
+
+  // Output element i of grad ([max_T, batch, num_labels] row-major): eq. (16),
+  // (exp(lp) - exp(collected + nll - lp)) * grad_out, where collected is the log-sum over the positions s
+  // with l'(s) == c of log_alpha + log_beta, folded in ascending s by the contract's tree (-inf if none).
+  C10_HOST_DEVICE void grad_at(int64_t i) const {
+    const int64_t c = i % num_labels;
+    const int64_t tn = i / num_labels;
+    const int64_t n = tn % batch;
+    const int64_t t = tn / batch;
+    const T nll_n = nll[n];
+    T v = T(0);
+    if (t < input_lengths[n] && !(zero_infinity && nll_n == ctc::pos_inf<T>())) {
+      const int64_t row = n * num_labels;
+      const int64_t start = c == 0 ? 0 : group_end[row + c - 1];
+      const int64_t stop = group_end[row + c];
+      T collected = ctc::neg_inf<T>();
+      // NB: contributions in ascending s, the fixed tree, log-add-exp as the combine. Up to kBlock of them
+      // the tree is one fold_block (no scratch); beyond, StreamingTree gives tree_reduce's bits.
+      const auto contribution = [&](int64_t k) {
+        const int64_t a = ab_index(n, t, perm[n * S + k]);
+        return add_rn(log_alpha[a], log_beta[a]);
+      };
+      if (stop - start > kBlock) {
+        StreamingTree<T, 7, ctc::LogAddExp> tree;
+        for (int64_t k = start; k < stop; ++k) tree.push(contribution(k));
+        collected = tree.finish();
+      } else if (stop > start) {
+        collected = fold_block<T>([&](int j) { return contribution(start + j); }, static_cast<int>(stop - start),
+                                  ctc::LogAddExp());
+      }
+      const T l = lp(t, n, c);
+      const T sub = ctc::exp(add_rn(add_rn(collected, nll_n), -l));
+      v = mul_rn(add_rn(ctc::exp(l), -sub), grad_out[n * grad_out_stride]);
+    }
+    grad[i] = ctc::canonicalize_nan(v);
+  }
+};
+
+}  // namespace detops
+
+#include <ATen/core/Tensor.h>
+
+namespace detops {
+
+// What the front end validated: per batch element the lengths and the offset of its targets, in one
+// int64 array [input_lengths | target_lengths | tg_offsets] of 3 * batch entries.
+struct CtcPlan {
+  std::vector<int64_t> meta;
+  int64_t batch = 0;
+  int64_t tg_stride = 0;
+  int64_t max_target_length = 0;
+};
+
+// Builds the op over contiguous log_probs, log_alpha, neg_log_likelihood and the scratch tensors; `meta`
+// points at the plan's array on the tensors' device.
+template <typename scalar_t, typename target_t>
+CtcBackwardOp<scalar_t, target_t> make_ctc_backward_op(at::Tensor& out, const at::Tensor& grad_out,
+                                                       const at::Tensor& log_probs, const at::Tensor& targets,
+                                                       const int64_t* meta, const CtcPlan& plan,
+                                                       const at::Tensor& nll, const at::Tensor& log_alpha,
+                                                       at::Tensor& log_beta, const at::Tensor& perm,
+                                                       const at::Tensor& group_end, int64_t blank,
+                                                       bool zero_infinity) {
+  CtcBackwardOp<scalar_t, target_t> op;
+  op.log_probs = log_probs.const_data_ptr<scalar_t>();
+  op.targets = targets.const_data_ptr<target_t>();
+  op.input_lengths = meta;
+  op.target_lengths = meta + plan.batch;
+  op.tg_offsets = meta + 2 * plan.batch;
+  op.tg_stride = plan.tg_stride;
+  op.log_alpha = log_alpha.const_data_ptr<scalar_t>();
+  op.log_beta = log_beta.mutable_data_ptr<scalar_t>();
+  op.nll = nll.const_data_ptr<scalar_t>();
+  op.grad_out = grad_out.const_data_ptr<scalar_t>();
+  op.grad_out_stride = grad_out.stride(0);
+  op.perm = perm.const_data_ptr<int32_t>();
+  op.group_end = group_end.const_data_ptr<int32_t>();
+  op.grad = out.mutable_data_ptr<scalar_t>();
+  op.max_T = log_probs.size(0);
+  op.batch = log_probs.size(1);
+  op.num_labels = log_probs.size(2);
+  op.S = log_alpha.size(2);
+  op.blank = blank;
+  op.zero_infinity = zero_infinity;
+  return op;
+}
+
+}  // namespace detops
