@@ -12,21 +12,6 @@
 
 namespace detops::ctc {
 
-C10_HOST_DEVICE inline float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-C10_HOST_DEVICE inline double div_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
 template <typename T>
 struct FloatBits;
 template <>

@@ -13,22 +13,6 @@
 
 namespace detops {
 
-// Correctly rounded division; NB: the device intrinsics are never contracted or approximated.
-C10_HOST_DEVICE inline float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-C10_HOST_DEVICE inline double div_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
 template <typename scalar_t, typename index_t>
 struct EmbeddingBagSumOp {
   using acc_t = acc_type<scalar_t>;

@@ -18,21 +18,6 @@
 
 namespace detops {
 
-C10_HOST_DEVICE inline float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-C10_HOST_DEVICE inline double div_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
 // Stock's adaptive windows (aten/src/ATen/native/AdaptivePooling.h): output o of `out` covers inputs
 // [start, end) of `in`.
 C10_HOST_DEVICE inline int64_t adaptive_start(int64_t o, int64_t out, int64_t in) {
