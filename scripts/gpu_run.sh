@@ -17,8 +17,8 @@ export DETOPS_LIBRARY="$build/libdetops.so" PYTHONPATH="$root/python_shim"
 } >"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 timeout 150 "$py" -m pytest -q -m gpu tests/python >"$OUT/pytest-gpu.log" 2>&1; echo "pytest gpu rc=$?"
 for tool in memcheck racecheck; do
-  timeout 60 compute-sanitizer --tool "$tool" "$py" bench/bench_ops.py --device cpu --ops index_add_ \
-    --shapes hot_destination --reps 3 >"$OUT/sanitizer-$tool.log" 2>&1; echo "$tool rc=$?"
+  timeout 60 compute-sanitizer --tool "$tool" "$py" bench/bench_ops.py --device cuda --ops index_add_ scatter_add \
+    --shapes hot_destination --reps 5 --warmup 1 --max-input-sets 1 >"$OUT/sanitizer-$tool.log" 2>&1; echo "$tool rc=$?"
 done
 timeout 240 "$py" bench/bench_ops.py --out "$OUT/$device-$date.json" --markdown "$OUT/RESULTS-table.md" \
   >"$OUT/bench.log" 2>&1; echo "bench rc=$?"
