@@ -1,4 +1,5 @@
-"""``python -m detops <command>``: ``demo`` (load, turn the flag on, run each covered op)."""
+"""``python -m detops <command>``: ``report`` (the main job: does detops fix my op, and what does it cost;
+see detops/report.py) and ``demo`` (load, turn the flag on, run each covered op)."""
 
 from __future__ import annotations
 
@@ -79,18 +80,32 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m detops")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="load the library and run the covered ops under the flag")
-    sub.add_parser("report", help="the report (for now: the demo)")
+    report = sub.add_parser("report", help="per covered op: stock under the flag, detops, bitwise reruns, "
+                                           "CUDA == CPU twin, time vs stock; writes a PNG chart")
+    report.add_argument("--reruns", type=int, default=10, help="reruns of each twin for the bitwise check")
+    report.add_argument("--reps", type=int, default=5, help="timed repetitions (median) per CPU measurement")
+    report.add_argument("--out-dir", default=None, help="where the chart goes (default: report/)")
+    report.add_argument("--results", default=None, help="a benchmark JSON to show instead of the latest "
+                                                        "committed one in bench/results/")
+    report.add_argument("--results-dir", default=None, help="where committed GPU results are (bench/results/)")
+    report.add_argument("--shapes", nargs="*", default=None, help="only these case shapes")
     sub.add_parser("doctor", help="check every source of irreproducibility in this environment")
     audit_parser = sub.add_parser("audit", help="classify the aten ops a function hits, for CUDA under the flag")
     audit_parser.add_argument("target", help="module:function, called with no arguments (e.g. a script's main)")
     audit_parser.add_argument("--all", action="store_true", help="list the deterministic overloads one per line")
     args = parser.parse_args(argv)
-    if args.command in ("demo", "report"):
+    if args.command == "demo":
         return demo()
     if args.command == "doctor":
         return doctor_command()
     if args.command == "audit":
         return audit_command(args.target, args.all)
+    if args.command == "report":
+        from detops.report import run_report
+
+        run_report(reruns=args.reruns, reps=args.reps, out_dir=args.out_dir, results_dir=args.results_dir,
+                   results_file=args.results, shapes=args.shapes)
+        return 0
     return 2
 
 

@@ -1,0 +1,423 @@
+"""Benchmark and report cases, registered by aten overload name.
+
+A case is one aten overload (spelled as :func:`detops.covered_ops` spells it, e.g. ``aten::index_add_``)
+at one named shape. Its builder makes a fresh, random (never zero) set of arguments on a device; the same
+arguments call the stock aten op and the detops twin ``torch.ops.detops.<name>.<overload>``, whose
+schemas are identical. ``full=True`` gives the shapes measured on a GPU (the issue's shapes: low and high
+contention, one hot destination, wide rows, model shapes); ``full=False`` a small shape of the same kind
+for the CPU parts.
+
+Cases are registered for ops that are not covered yet; :func:`cases` keeps only the covered ones, so an
+op that lands later is benchmarked and reported without touching this file's callers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+__all__ = ["Call", "Case", "STOCK_UNDER_FLAG", "cases", "all_cases", "aten_op", "twin_op", "stock_under_flag"]
+
+
+@dataclasses.dataclass
+class Call:
+    """One set of arguments for an op, and the fewest bytes the op must read and write for it."""
+
+    args: tuple
+    kwargs: dict
+    min_bytes: int
+
+    def nbytes(self) -> int:
+        """Bytes held by the tensors of this call (for rotating inputs through the L2 cache)."""
+        seen, total = set(), 0
+        for t in list(self.args) + list(self.kwargs.values()):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen:
+                seen.add(t.untyped_storage().data_ptr())
+                total += t.untyped_storage().nbytes()
+        return total
+
+
+Builder = Callable[[torch.device, torch.Generator, bool], Call]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    op: str  # "aten::<name>" or "aten::<name>.<overload>"
+    shape: str
+    build: Builder
+    what: str  # one line: the shape in words
+
+    @property
+    def name(self) -> str:
+        return self.op.split("::", 1)[1].split(".", 1)[0]
+
+    @property
+    def overload(self) -> str:
+        rest = self.op.split("::", 1)[1]
+        return rest.split(".", 1)[1] if "." in rest else "default"
+
+
+def _resolve(namespace, op: str):
+    case = Case(op, "", lambda *a: None, "")
+    packet = getattr(namespace, case.name)
+    return getattr(packet, case.overload)
+
+
+def aten_op(op: str):
+    """The aten OpOverload, e.g. ``torch.ops.aten.index_add.out`` for ``aten::index_add.out``."""
+    return _resolve(torch.ops.aten, op)
+
+
+def twin_op(op: str):
+    """The detops twin with the identical schema, or None where detops has none."""
+    try:
+        return _resolve(torch.ops.detops, op)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+# What stock PyTorch 2.11 does on CUDA under torch.use_deterministic_algorithms(True), by aten name.
+STOCK_UNDER_FLAG: Dict[str, str] = {
+    "index_add": "slow fallback (index_put_ accumulate: copy, sort)",
+    "index_add_": "slow fallback (index_put_ accumulate: copy, sort)",
+    "scatter_add": "slow fallback (index_put_: expand index, sort)",
+    "scatter_add_": "slow fallback (index_put_: expand index, sort)",
+    "bincount": "throws with weights; fine without",
+    "_embedding_bag_dense_backward": "throws for mode=max; fine for sum/mean",
+    "_ctc_loss_backward": "throws",
+    "_adaptive_avg_pool2d_backward": "throws",
+    "adaptive_avg_pool3d_backward": "throws",
+    "_adaptive_avg_pool3d_backward": "throws",
+    "adaptive_max_pool2d_backward": "throws",
+    "adaptive_max_pool3d_backward": "throws",
+    "avg_pool3d_backward": "throws",
+    "max_pool3d_with_indices_backward": "throws (deterministic upstream from late 2026)",
+    "fractional_max_pool2d_backward": "throws",
+    "fractional_max_pool3d_backward": "throws",
+}
+
+
+def stock_under_flag(op: str) -> str:
+    name = op.split("::", 1)[-1].split(".", 1)[0]
+    return STOCK_UNDER_FLAG.get(name, "unknown")
+
+
+_REGISTRY: List[Case] = []
+
+
+def register(op: str, shape: str, what: str) -> Callable[[Builder], Builder]:
+    def wrap(build: Builder) -> Builder:
+        _REGISTRY.append(Case(op, shape, build, what))
+        return build
+
+    return wrap
+
+
+def all_cases() -> List[Case]:
+    return list(_REGISTRY)
+
+
+def cases(covered: Optional[Iterable[str]] = None, ops: Optional[Iterable[str]] = None,
+          shapes: Optional[Iterable[str]] = None) -> List[Case]:
+    """The registered cases whose op is covered (default: :func:`detops.covered_ops`), optionally
+    filtered by op names (``index_add_`` or ``aten::index_add_``) and shape names."""
+    if covered is None:
+        import detops
+
+        covered = detops.covered_ops()
+    covered = set(covered)
+    wanted_ops = None if ops is None else {o if o.startswith("aten::") else "aten::" + o for o in ops}
+    wanted_shapes = None if shapes is None else set(shapes)
+    return [c for c in _REGISTRY if c.op in covered and (wanted_ops is None or c.op in wanted_ops)
+            and (wanted_shapes is None or c.shape in wanted_shapes)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Helpers. Data is random and never zero: values from randn (zeros have probability ~0 and would make
+# adds trivially exact), indices from randint. Drawn on the generator's device (fast on a GPU), then
+# moved to the case's device.
+
+F32 = torch.float32
+ES = 4  # element size of the benchmarked dtype
+
+
+def _randn(shape, g, device, dtype=F32) -> torch.Tensor:
+    return torch.randn(shape, generator=g, device=g.device).to(device=device, dtype=dtype)
+
+
+def _randint(high, shape, g, device) -> torch.Tensor:
+    return torch.randint(0, high, shape, generator=g, device=g.device).to(device)
+
+
+def _rand(shape, g, device) -> torch.Tensor:
+    return torch.rand(shape, generator=g, device=g.device).to(device)
+
+
+def _touched(index: torch.Tensor) -> int:
+    return int(torch.unique(index.flatten()).numel())
+
+
+# Three overloads per family: functional, in-place, .out (or .grad_input). `kind` says which.
+def _finish(kind: str, args: tuple, kwargs: dict, out_like: torch.Tensor, out_kw: str = "out") -> Tuple[tuple, dict]:
+    if kind == "out":
+        kwargs = dict(kwargs)
+        kwargs[out_kw] = torch.empty_like(out_like)
+    return args, kwargs
+
+
+# ---------------------------------------------------------------------------------------------------
+# index_add: self [M, D], index [N] into dim 0, source [N, D], alpha 0.5.
+
+_INDEX_ADD_SHAPES = {
+    # shape: ((M, N, D) on a GPU, (M, N, D) small), in words
+    "low_contention": (((1 << 20), (1 << 20), 16), ((1 << 13), (1 << 13), 16),
+                       "destinations = contributions, random rows of 16 floats"),
+    "high_contention": ((1000, (1 << 20), 16), (100, (1 << 13), 16), "1,000 destinations, 16 floats per row"),
+    "hot_destination": ((1, (1 << 20), 1), (1, (1 << 15), 1), "every contribution to one destination"),
+    "wide_rows": (((1 << 20), 100_000, 256), ((1 << 12), 2000, 256),
+                  "embedding table 1M x 256, 100k random rows added"),
+}
+
+
+def _index_add_builder(kind: str, dims_full, dims_small) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        m, n, d = dims_full if full else dims_small
+        self_ = _randn((m, d), g, device)
+        index = _randint(m, (n,), g, device)
+        source = _randn((n, d), g, device)
+        args, kwargs = _finish(kind, (self_, 0, index, source), {"alpha": 0.5}, self_)
+        touched = _touched(index) if kind == "inplace" else m
+        return Call(args, kwargs, min_bytes=n * d * ES + n * 8 + 2 * touched * d * ES)
+
+    return build
+
+
+def _scatter_add_builder(kind: str, self_shape, src_shape, high: int, expand: bool = False) -> Callable:
+    def make(device, g) -> Call:
+        self_ = _randn(self_shape, g, device)
+        if expand:  # message passing: one destination row per edge, broadcast over the features
+            index = _randint(high, (src_shape[0], 1), g, device).expand(src_shape)
+        else:
+            index = _randint(high, src_shape, g, device)
+        src = _randn(src_shape, g, device)
+        args, kwargs = _finish(kind, (self_, 0, index, src), {}, self_)
+        numel_self, numel_src = self_.numel(), src.numel()
+        index_bytes = (src_shape[0] if expand else numel_src) * 8
+        touched = (_touched(index[:, 0]) * src_shape[1] if expand else _touched(index)) if kind == "inplace" \
+            else numel_self
+        return Call(args, kwargs, min_bytes=numel_src * ES + index_bytes + 2 * touched * ES)
+
+    return make
+
+
+_SCATTER_ADD_SHAPES = {
+    # shape: (self shape, src shape, index range) on a GPU, the same small, in words
+    "low_contention": ((((1 << 22),), ((1 << 22),), 1 << 22), (((1 << 15),), ((1 << 15),), 1 << 15),
+                       "1-D, destinations = contributions = 4M"),
+    "high_contention": (((1000,), ((1 << 22),), 1000), ((100,), ((1 << 15),), 100),
+                        "1-D, 4M contributions into 1,000 destinations"),
+    "hot_destination": (((1,), ((1 << 20),), 1), ((1,), ((1 << 15),), 1), "1-D, 1M contributions into one"),
+    "message_passing": (((100_000, 64), ((1 << 20), 64), 100_000), ((2000, 64), ((1 << 13), 64), 2000),
+                        "GNN: 1M edges x 64 features into 100k nodes, index expanded over features"),
+}
+
+_KINDS = {"": "functional", "_": "inplace", ".out": "out"}
+
+for _suffix, _kind in _KINDS.items():
+    for _shape, (_full, _small, _what) in _INDEX_ADD_SHAPES.items():
+        register(f"aten::index_add{_suffix}", _shape, _what)(_index_add_builder(_kind, _full, _small))
+    for _shape, (_full, _small, _what) in _SCATTER_ADD_SHAPES.items():
+        _big = _scatter_add_builder(_kind, *_full, expand=_shape == "message_passing")
+        _little = _scatter_add_builder(_kind, *_small, expand=_shape == "message_passing")
+        register(f"aten::scatter_add{_suffix}", _shape, _what)(
+            (lambda big, little: lambda device, g, full: (big if full else little)(device, g))(_big, _little))
+
+
+# ---------------------------------------------------------------------------------------------------
+# bincount(self, weights, minlength): 1M values with float weights.
+
+def _bincount_builder(kind: str, n_full: int, n_small: int, bins_full: int, bins_small: int) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        n, bins = (n_full, bins_full) if full else (n_small, bins_small)
+        values = _randint(bins, (n,), g, device)
+        weights = _randn((n,), g, device)
+        kwargs = {"weights": weights, "minlength": bins}
+        if kind == "out":
+            kwargs["out"] = torch.empty(bins, dtype=torch.float32, device=device)
+        return Call((values,), kwargs, min_bytes=n * 8 + n * ES + bins * ES)
+
+    return build
+
+
+for _suffix, _kind in (("", "functional"), (".out", "out")):
+    register(f"aten::bincount{_suffix}", "low_contention", "1M weighted values into 1M bins")(
+        _bincount_builder(_kind, 1 << 20, 1 << 14, 1 << 20, 1 << 14))
+    register(f"aten::bincount{_suffix}", "high_contention", "1M weighted values into 1,000 bins")(
+        _bincount_builder(_kind, 1 << 20, 1 << 14, 1000, 100))
+    register(f"aten::bincount{_suffix}", "hot_destination", "1M weighted values into one bin")(
+        _bincount_builder(_kind, 1 << 20, 1 << 14, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pooling backwards (model shapes).
+
+def _pool_call(kind: str, grad_output: torch.Tensor, self_: torch.Tensor, extra: tuple,
+               out_kw: str = "grad_input") -> Call:
+    args = (grad_output, self_) + extra
+    args, kwargs = _finish(kind, args, {}, self_, out_kw)
+    return Call(args, kwargs, min_bytes=grad_output.numel() * ES + self_.numel() * ES
+                + sum(t.numel() * 8 for t in extra if isinstance(t, torch.Tensor)))
+
+
+def _adaptive_avg(kind: str, full_shape, small_shape, out_size, out_kw="grad_input") -> Builder:
+    def build(device, g, full: bool) -> Call:
+        shape = full_shape if full else small_shape
+        self_ = _randn(shape, g, device)
+        grad_output = _randn(shape[:2] + out_size, g, device)
+        return _pool_call(kind, grad_output, self_, (), out_kw)
+
+    return build
+
+
+# ResNet-50's head: [N, 2048, 7, 7] -> 1x1, batch 256.
+register("aten::_adaptive_avg_pool2d_backward", "resnet50_head", "ResNet-50 avgpool: 256x2048x7x7 -> 1x1")(
+    _adaptive_avg("functional", (256, 2048, 7, 7), (4, 64, 7, 7), (1, 1)))
+# A 3-D CNN head (R(2+1)D / I3D style): [N, 512, 4, 7, 7] -> 1x1x1, batch 32.
+for _op, _kind in (("aten::_adaptive_avg_pool3d_backward", "functional"),
+                   ("aten::adaptive_avg_pool3d_backward.grad_input", "out")):
+    register(_op, "cnn3d_head", "3-D CNN head: 32x512x4x7x7 -> 1x1x1")(
+        _adaptive_avg(_kind, (32, 512, 4, 7, 7), (2, 16, 4, 7, 7), (1, 1, 1)))
+    register(_op, "cnn3d_overlap", "3-D pool with overlapping windows: 8x64x16x56x56 -> 5x9x9")(
+        _adaptive_avg(_kind, (8, 64, 16, 56, 56), (1, 4, 8, 14, 14), (5, 9, 9)))
+
+
+def _adaptive_max(kind: str, dims: int, full_shape, small_shape, out_size) -> Builder:
+    forward = torch.ops.aten.adaptive_max_pool2d if dims == 2 else torch.ops.aten.adaptive_max_pool3d
+
+    def build(device, g, full: bool) -> Call:
+        self_ = _randn(full_shape if full else small_shape, g, device)
+        out, indices = forward(self_, list(out_size))
+        return _pool_call(kind, _randn(out.shape, g, device), self_, (indices,))
+
+    return build
+
+
+for _suffix, _kind in (("", "functional"), (".grad_input", "out")):
+    register(f"aten::adaptive_max_pool2d_backward{_suffix}", "overlap", "64x256x56x56 -> 9x9, overlapping")(
+        _adaptive_max(_kind, 2, (64, 256, 56, 56), (2, 8, 28, 28), (9, 9)))
+    register(f"aten::adaptive_max_pool3d_backward{_suffix}", "cnn3d_overlap", "8x64x16x56x56 -> 5x9x9")(
+        _adaptive_max(_kind, 3, (8, 64, 16, 56, 56), (1, 4, 8, 14, 14), (5, 9, 9)))
+
+
+# A 3-D CNN stem pool: kernel 3, stride 2, padding 1 over [8, 64, 16, 112, 112].
+_POOL3D_FULL, _POOL3D_SMALL = (8, 64, 16, 112, 112), (1, 4, 8, 16, 16)
+
+
+def _avg_pool3d(kind: str) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        self_ = _randn(_POOL3D_FULL if full else _POOL3D_SMALL, g, device)
+        out = torch.ops.aten.avg_pool3d(self_, [3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, None)
+        extra = ([3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, None)
+        return _pool_call(kind, _randn(out.shape, g, device), self_, extra)
+
+    return build
+
+
+def _max_pool3d(kind: str) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        self_ = _randn(_POOL3D_FULL if full else _POOL3D_SMALL, g, device)
+        out, indices = torch.ops.aten.max_pool3d_with_indices(self_, [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1],
+                                                              False)
+        extra = ([3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False, indices)
+        call = _pool_call(kind, _randn(out.shape, g, device), self_, extra)
+        call.min_bytes += indices.numel() * 8
+        return call
+
+    return build
+
+
+def _fractional_max(kind: str, dims: int) -> Builder:
+    forward = torch.ops.aten.fractional_max_pool2d if dims == 2 else torch.ops.aten.fractional_max_pool3d
+    full_shape = (32, 64, 112, 112) if dims == 2 else (8, 32, 16, 56, 56)
+    small_shape = (2, 4, 16, 16) if dims == 2 else (1, 2, 8, 12, 12)
+    kernel = [3] * dims
+
+    def build(device, g, full: bool) -> Call:
+        shape = full_shape if full else small_shape
+        self_ = _randn(shape, g, device)
+        output_size = [s * 5 // 8 for s in shape[2:]]
+        samples = _rand((shape[0], shape[1], dims), g, device)
+        out, indices = forward(self_, kernel, output_size, samples)
+        extra = (kernel, output_size, indices)
+        call = _pool_call(kind, _randn(out.shape, g, device), self_, extra)
+        call.min_bytes += indices.numel() * 8
+        return call
+
+    return build
+
+
+for _suffix, _kind in (("", "functional"), (".grad_input", "out")):
+    register(f"aten::avg_pool3d_backward{_suffix}", "cnn3d_stem", "3-D CNN stem: 8x64x16x112x112, k3 s2 p1")(
+        _avg_pool3d(_kind))
+    register(f"aten::max_pool3d_with_indices_backward{_suffix}", "cnn3d_stem",
+             "3-D CNN stem: 8x64x16x112x112, k3 s2 p1")(_max_pool3d(_kind))
+    register(f"aten::fractional_max_pool2d_backward{_suffix}", "overlap", "32x64x112x112, k3 -> 5/8 size")(
+        _fractional_max(_kind, 2))
+    register(f"aten::fractional_max_pool3d_backward{_suffix}", "overlap", "8x32x16x56x56, k3 -> 5/8 size")(
+        _fractional_max(_kind, 3))
+
+
+# ---------------------------------------------------------------------------------------------------
+# CTC loss backward: speech, T=500, N=32, C=30, S=100.
+
+def _ctc(overload: str) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        t, n, c, s = (500, 32, 30, 100) if full else (50, 4, 10, 10)
+        log_probs = _randn((t, n, c), g, device).log_softmax(2)
+        targets = _randint(c - 1, (n, s), g, device) + 1
+        input_lengths = _randint(t // 10 + 1, (n,), g, "cpu") + t * 9 // 10
+        target_lengths = _randint(s // 5 + 1, (n,), g, "cpu") + s * 8 // 10
+        nll, log_alpha = torch.ops.aten._ctc_loss(log_probs, targets, input_lengths.tolist(),
+                                                  target_lengths.tolist(), 0, False)
+        grad = _rand((n,), g, device).add_(0.5)
+        if overload == "Tensor":
+            lengths = (input_lengths.to(device), target_lengths.to(device))
+        else:
+            lengths = (input_lengths.tolist(), target_lengths.tolist())
+        args = (grad, log_probs, targets) + lengths + (nll, log_alpha, 0, False)
+        return Call(args, {}, min_bytes=2 * log_probs.numel() * ES + log_alpha.numel() * ES + targets.numel() * 8)
+
+    return build
+
+
+register("aten::_ctc_loss_backward", "speech", "T=500, N=32, C=30, S=100")(_ctc("default"))
+register("aten::_ctc_loss_backward.Tensor", "speech", "T=500, N=32, C=30, S=100")(_ctc("Tensor"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# EmbeddingBag dense backward: a recommender table of 1M rows x 64, 4,096 bags of 32 indices.
+
+def _embedding_bag(mode: int) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        rows, dim, bags, per_bag = (1 << 20, 64, 4096, 32) if full else (1 << 12, 16, 64, 8)
+        weight = _randn((rows, dim), g, device)
+        # Skewed popularity, as in recommenders: many bags share the hot rows.
+        indices = (_rand((bags * per_bag,), g, device).pow(4) * rows).long().clamp_(max=rows - 1)
+        offsets = torch.arange(0, bags * per_bag, per_bag).to(device)
+        _, offset2bag, bag_size, maximum_indices = torch.ops.aten._embedding_bag(
+            weight, indices, offsets, False, mode, False, None, False, -1)
+        # NB: the CPU forward's fast path for mode=sum leaves offset2bag unfilled; build it as CUDA does.
+        offset2bag = torch.arange(bags, device=device).repeat_interleave(per_bag)
+        grad = _randn((bags, dim), g, device)
+        args = (grad, indices, offset2bag, bag_size, maximum_indices, rows, False, mode, None, -1)
+        return Call(args, {}, min_bytes=grad.numel() * ES + indices.numel() * 8 + rows * dim * ES)
+
+    return build
+
+
+register("aten::_embedding_bag_dense_backward", "recsys_sum", "1M x 64 table, 4,096 bags x 32, mode=sum")(
+    _embedding_bag(0))
+register("aten::_embedding_bag_dense_backward", "recsys_max", "1M x 64 table, 4,096 bags x 32, mode=max")(
+    _embedding_bag(2))
