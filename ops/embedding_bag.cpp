@@ -25,10 +25,11 @@ bool is_index_type(at::ScalarType t) {
 }
 
 // Raises, naming the tensor and the first bad value in source order, if a value of `t` lies outside
-// [lo, hi). CPU tensors always; CUDA tensors in strict mode or when `force` (one device-to-host copy).
-void check_values(const at::Tensor& t, const char* name, int64_t lo, int64_t hi, bool force = false) {
+// [lo, hi). CPU tensors always; CUDA tensors in strict mode (one device-to-host copy), else the kernel
+// asserts and never writes out of bounds.
+void check_values(const at::Tensor& t, const char* name, int64_t lo, int64_t hi) {
   if (t.numel() == 0) return;
-  if (!t.is_cpu() && !get_strict() && !force) return;
+  if (!t.is_cpu() && !get_strict()) return;
   const at::Tensor host = (t.is_cpu() ? t : at::_to_copy(t, t.options().device(at::kCPU))).contiguous();
   AT_DISPATCH_INDEX_TYPES(host.scalar_type(), "detops_embedding_bag_check", [&] {
     const index_t* p = host.const_data_ptr<index_t>();
@@ -62,7 +63,7 @@ at::Tensor sum_mean_backward(const at::Tensor& grad, const at::Tensor& indices_i
   const at::Tensor indices = indices_in.contiguous();
   const at::Tensor offset2bag = as_index(offset2bag_in, itype);
   const at::Tensor bag_size = mean ? as_index(bag_size_in, itype) : at::Tensor();
-  check_values(indices, "indices", 0, num_weights, /*force=*/scale_grad_by_freq);
+  check_values(indices, "indices", 0, num_weights);
   check_values(offset2bag, "offset2bag", 0, num_bags);
   // Occurrences of each index: integer counts, exact in any order (stock's unweighted bincount).
   const at::Tensor counts = scale_grad_by_freq ? at::bincount(indices, std::nullopt, num_weights) : at::Tensor();
