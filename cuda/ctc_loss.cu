@@ -1,7 +1,7 @@
 // _ctc_loss_backward on CUDA: launch glue over CtcBackwardOp (ops/ctc_loss_op.h). Checks are done by
 // ops/ctc_loss.cpp. No atomics on floating-point values: every output is computed by one thread with the
 // contract's tree (docs/order_contract.md, "Log-add-exp").
-#include "cuda/ctc_loss_launch.h"
+#include "ops/ctc_loss_op.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>

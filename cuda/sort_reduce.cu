@@ -30,29 +30,30 @@ at::Tensor cub_temp(size_t bytes, const at::Tensor& like) {
 
 // One thread per position.
 __global__ void iota_kernel(int32_t* out, int32_t n) {
-  const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = i;
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = static_cast<int32_t>(i);
 }
 
 // One thread per sorted position: its head value (engine::head_value), max-scanned next.
 template <typename KeyT>
 __global__ void head_kernel(const KeyT* keys, int32_t n, int32_t* head) {
-  const int32_t p = blockIdx.x * blockDim.x + threadIdx.x;
-  if (p < n) head[p] = engine::head_value(keys, p);
+  const int64_t p = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (p < n) head[p] = engine::head_value(keys, static_cast<int32_t>(p));
 }
 
 // One thread per sorted position: 1 if it leads a block of a long segment (engine::long_leader).
 template <typename KeyT>
-__global__ void long_leader_kernel(const KeyT* keys, const int32_t* segstart, int32_t n, int32_t* lead) {
-  const int32_t p = blockIdx.x * blockDim.x + threadIdx.x;
-  if (p < n) lead[p] = engine::long_leader(keys, segstart, n, p);
+__global__ void long_leader_kernel(const KeyT* keys, const int32_t* segstart, int32_t n, int64_t num_keys,
+                                   int32_t* lead) {
+  const int64_t p = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (p < n) lead[p] = engine::long_leader(keys, segstart, n, num_keys, static_cast<int32_t>(p));
 }
 
 // One thread per sorted position: slots of long-segment leaders and the slot count (engine::fill_slot).
 __global__ void fill_slots_kernel(const int32_t* segstart, const int32_t* lead, const int32_t* slot,
                                   int32_t n, int32_t* slot_first, int32_t* slot_pos, int32_t* num_slots) {
-  const int32_t p = blockIdx.x * blockDim.x + threadIdx.x;
-  if (p < n) engine::fill_slot(segstart, lead, slot, n, p, slot_first, slot_pos, num_slots);
+  const int64_t p = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (p < n) engine::fill_slot(segstart, lead, slot, n, static_cast<int32_t>(p), slot_first, slot_pos, num_slots);
 }
 
 template <typename KeyT>
@@ -99,7 +100,7 @@ SegmentPlan plan_typed(const at::Tensor& keys_in, int64_t num_keys) {
   if (plan.levels == 0) return plan;
   at::Tensor lead = head;  // reuse again
   long_leader_kernel<KeyT><<<blocks_for(n), kThreads, 0, stream>>>(kout, plan.segstart.data_ptr<int32_t>(), n,
-                                                                   lead.data_ptr<int32_t>());
+                                                                   num_keys, lead.data_ptr<int32_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   plan.slot = at::empty({n}, int_opts);
   bytes = 0;
@@ -125,7 +126,7 @@ SegmentPlan plan_typed(const at::Tensor& keys_in, int64_t num_keys) {
 
 SegmentPlan plan_segments(const at::Tensor& keys, int64_t num_keys) {
   TORCH_CHECK(keys.is_cuda() && keys.dim() == 1 && keys.is_contiguous(), "detops: bad key tensor for the plan");
-  TORCH_CHECK(keys.numel() > 0 && keys.numel() < (int64_t{1} << 31),
+  TORCH_CHECK(keys.numel() > 0 && keys.numel() <= kMaxContributions,
               "detops: the sort-reduce engine takes 1 to 2^31-1 contributions, got ", keys.numel());
   if (keys.scalar_type() == at::kInt) return plan_typed<uint32_t>(keys, num_keys);
   TORCH_CHECK(keys.scalar_type() == at::kLong, "detops: keys must be int32 or int64 storage");

@@ -8,6 +8,7 @@
 #include "cuda/sort_reduce_steps.h"
 #include "ops/contract.h"
 
+#include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
 #include <c10/cuda/CUDAException.h>
@@ -34,9 +35,11 @@ inline Launch2D launch_2d(int64_t rows, int64_t cols) {
 }
 
 // One thread per contribution: its destination key, or num_keys (sorted last, never written) if invalid.
+// NB: positions are computed in 64 bits before the bound check: near 2^31 contributions the 32-bit
+// product of block and thread indices would wrap past the check.
 template <typename KeyT, typename Op>
 __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys) {
-  const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t k = op.key(i);
   const bool ok = k >= 0 && k < num_keys;
@@ -48,10 +51,10 @@ __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys)
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void level0_kernel(Op op, const KeyT* keys, const int32_t* perm, const int32_t* segstart,
                               const int32_t* slot, int32_t n, int64_t num_keys, int64_t D, acc_t* scratch) {
-  const int32_t p = blockIdx.x * blockDim.y + threadIdx.y;
+  const int64_t p = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   if (p >= n) return;
   for (int64_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += int64_t{gridDim.y} * blockDim.x) {
-    engine::level0_step<acc_t>(op, keys, perm, segstart, slot, n, num_keys, D, scratch, p, c);
+    engine::level0_step<acc_t>(op, keys, perm, segstart, slot, n, num_keys, D, scratch, static_cast<int32_t>(p), c);
   }
 }
 
@@ -60,11 +63,11 @@ template <typename acc_t, typename KeyT, typename Op>
 __global__ void level_kernel(Op op, const KeyT* keys, const int32_t* slot_first, const int32_t* slot_pos,
                              const int32_t* num_slots, int32_t max_slots, int64_t stride, int64_t D,
                              acc_t* scratch) {
-  const int32_t q = blockIdx.x * blockDim.y + threadIdx.y;
+  const int64_t q = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   if (q >= max_slots) return;
   const int32_t total = *num_slots;
   for (int64_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += int64_t{gridDim.y} * blockDim.x) {
-    engine::level_step<acc_t>(op, keys, slot_first, slot_pos, total, stride, D, scratch, q, c);
+    engine::level_step<acc_t>(op, keys, slot_first, slot_pos, total, stride, D, scratch, static_cast<int32_t>(q), c);
   }
 }
 
@@ -96,12 +99,15 @@ void reduce_plan(const Op& op, const SegmentPlan& plan, int64_t num_keys, int64_
   }
 }
 
-// The engine's entry for one op call. Op provides key(i) (-1 if invalid), contribution(i, c) and
+// The engine's entry for one call of op `name`. Op provides key(i) (-1 if invalid), contribution(i, c) and
 // finalize(key, c, acc) as __host__ __device__ members over device pointers. Current stream, no sync.
+// Positions are 32-bit: a call of 2^31 or more contributions is rejected (kMaxContributions).
 template <typename acc_t, typename Op>
-void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D, const at::TensorOptions& device_options) {
+void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                 const at::TensorOptions& device_options) {
   if (n == 0 || D == 0) return;
-  TORCH_CHECK(n < (int64_t{1} << 31), "detops: at most 2^31-1 contributions per call, got ", n);
+  TORCH_CHECK(n <= kMaxContributions, name, "(): detops' sort-reduce engine takes at most 2^31-1 contributions "
+              "per call on CUDA, got ", n);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const bool wide = num_keys >= (int64_t{1} << 32) - 1;  // the sentinel num_keys must fit too
   at::Tensor keys = at::empty({n}, device_options.dtype(wide ? at::kLong : at::kInt));
@@ -121,5 +127,56 @@ void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D, const at:
     reduce_plan<acc_t, uint32_t>(op, plan, num_keys, D);
   }
 }
+
+// One thread per element, grid-stride: op(i) computes element i whole. NB: each element's value comes from
+// one thread with the contract's tree, so the bits do not depend on the launch shape.
+template <typename Op>
+__global__ void for_each_kernel(Op op, int64_t n) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    op(i);
+  }
+}
+
+// One thread per value: integer atomics, exact in any order.
+template <typename index_t>
+__global__ void count_kernel(const index_t* values, int64_t n, int64_t bins, unsigned long long* counts) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t v = static_cast<int64_t>(values[i]);
+    if (v >= 0 && v < bins) atomicAdd(&counts[v], 1ull);
+  }
+}
+
+// The CUDA engine: what the op computations (ops/*_op.h, `*_compute<Engine>`) call, on the current device
+// and stream; cpu::Engine (ops/sort_reduce_cpu.h) has the same members with the same results.
+struct Engine {
+  static constexpr int kThreads = 256;
+
+  static unsigned grid_for(int64_t n) {
+    return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{1} << 20));
+  }
+
+  template <typename acc_t, typename Op>
+  static void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                          const at::Tensor& like) {
+    cuda::sort_reduce<acc_t>(name, op, n, num_keys, D, like.options());
+  }
+
+  template <typename Op>
+  static void for_each(const Op& op, int64_t n) {
+    if (n == 0) return;
+    for_each_kernel<<<grid_for(n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(op, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
+  // counts: int64 device memory, zero-filled by the caller.
+  template <typename index_t>
+  static void count(const index_t* values, int64_t n, int64_t bins, int64_t* counts) {
+    if (n == 0) return;
+    static_assert(sizeof(unsigned long long) == sizeof(int64_t));
+    count_kernel<<<grid_for(n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        values, n, bins, reinterpret_cast<unsigned long long*>(counts));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+};
 
 }  // namespace detops::cuda

@@ -8,6 +8,14 @@
 
 #include <cstdint>
 
+namespace detops {
+
+// The CUDA engine's positions (sorted positions, permutation, segment starts, slots) are int32: a call
+// takes at most this many contributions. Sums that can pass it (s0 + kBlock) are formed in 64 bits below.
+constexpr int64_t kMaxContributions = (int64_t{1} << 31) - 1;
+
+}  // namespace detops
+
 namespace detops::engine {
 
 // The sorted position p if it starts a segment, else 0 (max-scanned into segment starts).
@@ -16,14 +24,17 @@ C10_HOST_DEVICE inline int32_t head_value(const KeyT* keys, int32_t p) {
   return (p == 0 || keys[p] != keys[p - 1]) ? p : 0;
 }
 
-// 1 if sorted position p leads a block of a segment longer than one block.
+// 1 if sorted position p leads a block of a segment longer than one block. The segment of invalid
+// contributions (key num_keys, sorted last) gets no slots: level 0 skips it, so no level above sees it.
 // NB: blocks start at multiples of kBlock from the segment start, never from a grid boundary.
 template <typename KeyT>
-C10_HOST_DEVICE inline int32_t long_leader(const KeyT* keys, const int32_t* segstart, int32_t n, int32_t p) {
+C10_HOST_DEVICE inline int32_t long_leader(const KeyT* keys, const int32_t* segstart, int32_t n, int64_t num_keys,
+                                           int32_t p) {
   const int32_t s0 = segstart[p];
   const bool leader = (p - s0) % kBlock == 0;
-  const bool is_long = s0 + kBlock < n && keys[s0 + kBlock] == keys[p];
-  return (leader && is_long) ? 1 : 0;
+  const bool is_long = int64_t{s0} + kBlock < n && keys[s0 + kBlock] == keys[p];
+  const bool valid = static_cast<int64_t>(keys[p]) < num_keys;
+  return (leader && is_long && valid) ? 1 : 0;
 }
 
 // Records the slot of each long-segment leader, its segment's first slot, and the number of slots.
@@ -47,8 +58,8 @@ C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const in
   const KeyT key = keys[p];
   if (static_cast<int64_t>(key) >= num_keys) return;  // invalid contributions are sorted last, never written
   int count = 1;
-  while (count < kBlock && p + count < n && keys[p + count] == key) ++count;
-  const bool is_long = s0 + kBlock < n && keys[s0 + kBlock] == key;
+  while (count < kBlock && int64_t{p} + count < n && keys[p + count] == key) ++count;
+  const bool is_long = int64_t{s0} + kBlock < n && keys[s0 + kBlock] == key;
   const acc_t s = fold_block<acc_t>([&](int i) { return op.contribution(perm[p + i], c); }, count);
   if (is_long) {
     scratch[int64_t{slot[p]} * D + c] = s;
@@ -73,6 +84,7 @@ C10_HOST_DEVICE inline void level_step(const Op& op, const KeyT* keys, const int
   while (count < kBlock && in_segment(q + count * stride)) ++count;
   const acc_t s = fold_block<acc_t>([&](int i) { return scratch[(q + i * stride) * D + c]; }, count);
   if (q == f && !in_segment(f + stride * kBlock)) {
+    // Slots exist only for valid keys (long_leader), so this key is in [0, num_keys).
     op.finalize(static_cast<int64_t>(keys[slot_pos[q]]), c, s);
   } else {
     scratch[int64_t{q} * D + c] = s;

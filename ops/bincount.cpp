@@ -3,12 +3,10 @@
 // the stock kernel of the tensor's device computes them (stock CUDA does not alert for that case).
 #include "ops/bincount.h"
 
-#include "cuda/bincount_launch.h"
 #include "ops/bincount_op.h"
 #include "ops/common.h"
 #include "ops/sort_reduce_cpu.h"
 
-#include <ATen/Dispatch.h>
 #include <ATen/ops/_to_copy.h>
 #include <ATen/ops/aminmax.h>
 #include <ATen/ops/bincount_cpu_dispatch.h>
@@ -29,16 +27,6 @@ std::pair<int64_t, int64_t> value_range(const at::Tensor& self) {
   const at::Tensor both = at::_to_copy(at::stack({lo, hi}), lo.options().dtype(at::kLong).device(at::kCPU));
   const int64_t* p = both.const_data_ptr<int64_t>();
   return {p[0], p[1]};
-}
-
-void bincount_cpu(at::Tensor& out, const at::Tensor& self, const at::Tensor& weights) {
-  AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "detops_bincount_cpu", [&] {
-    using weight_t = scalar_t;
-    AT_DISPATCH_INTEGRAL_TYPES(self.scalar_type(), "detops_bincount_cpu_input", [&] {
-      const auto op = make_bincount_op<scalar_t, weight_t>(out, self, weights);
-      cpu::sort_reduce<acc_type<weight_t>>(op, self.numel(), op.nbins, 1);
-    });
-  });
 }
 
 }  // namespace
@@ -75,7 +63,7 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   if (out.is_cuda()) {
     cuda::bincount_kernel(out, input, weights);
   } else {
-    bincount_cpu(out, input, weights);
+    bincount_compute<cpu::Engine>(out, input, weights);
   }
   return out;
 }

@@ -32,6 +32,7 @@ struct BincountOp {
 
 }  // namespace detops
 
+#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 
 namespace detops {
@@ -46,5 +47,24 @@ BincountOp<input_t, weight_t> make_bincount_op(at::Tensor& out, const at::Tensor
   op.nbins = out.numel();
   return op;
 }
+
+// out (zero-filled [nbins] of weights' dtype, float or double) gets the weighted counts on an engine
+// (cpu::Engine or cuda::Engine); self and weights are contiguous, self's values already validated.
+template <typename Engine>
+void bincount_compute(at::Tensor& out, const at::Tensor& self, const at::Tensor& weights) {
+  if (self.numel() == 0 || out.numel() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "detops_bincount", [&] {
+    using weight_t = scalar_t;
+    AT_DISPATCH_INTEGRAL_TYPES(self.scalar_type(), "detops_bincount_input", [&] {
+      const auto op = make_bincount_op<scalar_t, weight_t>(out, self, weights);
+      Engine::template sort_reduce<acc_type<weight_t>>("bincount", op, self.numel(), op.nbins, 1, out);
+    });
+  });
+}
+
+namespace cuda {
+// bincount_compute on the CUDA engine (cuda/bincount.cu).
+void bincount_kernel(at::Tensor& out, const at::Tensor& self, const at::Tensor& weights);
+}  // namespace cuda
 
 }  // namespace detops

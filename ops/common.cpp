@@ -3,7 +3,9 @@
 #include "detops/detops.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/_to_copy.h>
+#include <ATen/ops/empty_strided.h>
 
 namespace detops {
 
@@ -16,19 +18,48 @@ void check_same_device(const char* op, const at::Tensor& self, const at::Tensor&
               self.device(), "), but got ", other.device());
 }
 
-void check_index_values(const char* op, const at::Tensor& index, int64_t size, int64_t dim) {
-  if (index.numel() == 0) return;
-  if (!index.is_cpu() && !get_strict()) return;
-  const at::Tensor host = index.is_cpu() ? index.contiguous() : at::_to_copy(index, at::kCPU).contiguous();
+bool validates_on_host(const at::Tensor& values) {
+  return values.is_cpu() || get_strict();
+}
+
+void check_index_values(const char* op, const char* name, const at::Tensor& values, int64_t lo, int64_t hi,
+                        const std::string& where) {
+  if (values.numel() == 0 || !validates_on_host(values)) return;
+  const at::Tensor host = (values.is_cpu() ? values : at::_to_copy(values, values.options().device(at::kCPU)))
+                              .contiguous();
   AT_DISPATCH_INDEX_TYPES(host.scalar_type(), "detops_check_index_values", [&] {
     const index_t* p = host.const_data_ptr<index_t>();
     const int64_t n = host.numel();
     for (int64_t i = 0; i < n; ++i) {
       const int64_t v = static_cast<int64_t>(p[i]);
-      TORCH_CHECK(v >= 0 && v < size, op, "(): index ", v, " at position ", i,
-                        " is out of bounds for dimension ", dim, " with size ", size);
+      if (v >= lo && v < hi) continue;
+      if (where.empty()) {
+        TORCH_CHECK(false, op, "(): ", name, " ", v, " at position ", i, " is out of bounds of [", lo, ", ", hi, ")");
+      }
+      TORCH_CHECK(false, op, "(): ", name, " ", v, " at position ", i, " is out of bounds ", where);
     }
   });
+}
+
+void check_out(const char* op, const at::Tensor& self, const at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), op, "(): out (", out.scalar_type(), ") and self (",
+              self.scalar_type(), ") must have the same scalar type");
+  check_same_device(op, self, out, "out");
+}
+
+void prepare_out_from_self(const at::Tensor& self, at::Tensor& out) {
+  at::native::resize_output(out, self.sizes());
+  if (!out.is_same(self)) out.copy_(self);
+}
+
+at::Tensor& copy_to_out(const char* op, const char* out_name, const at::Tensor& self, const at::Tensor& result,
+                        at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), op, "(): expected ", out_name, " of dtype ",
+              self.scalar_type(), ", but got ", out.scalar_type());
+  check_same_device(op, self, out, out_name);
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
 }
 
 }  // namespace detops

@@ -1,24 +1,62 @@
-// Host-side helpers shared by the op front ends.
+// Host-side helpers shared by the op front ends: routing, the checks every op makes, and the
+// functional / in-place / out trio.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 
 namespace detops {
 
-// Dtypes the sort-reduce engine computes; other dtypes (integers: exact in stock already; bool,
-// complex) go to the stock kernel of the tensor's device.
+// Dtypes the engines compute; other dtypes (integers: exact in stock already; bool, complex) go to the
+// stock kernel of the tensor's device.
 bool engine_dtype(at::ScalarType t);
 
 void check_same_device(const char* op, const at::Tensor& self, const at::Tensor& other, const char* name);
 
-// Raises, naming `op` and the first bad value in source order, if any index is outside [0, size).
-// CPU tensors are always checked; CUDA tensors only in strict mode (a device-to-host copy), otherwise
-// the kernel asserts on the device and never writes out of bounds.
-void check_index_values(const char* op, const at::Tensor& index, int64_t size, int64_t dim);
+// True where index values are validated on the host: always for CPU tensors; for CUDA tensors in strict
+// mode only (a device-to-host copy), otherwise the kernels assert on the device and never write out of
+// bounds.
+bool validates_on_host(const at::Tensor& values);
+
+// The one index-value check. Raises "<op>(): <name> <v> at position <i> is out of bounds <where>" for the
+// first value of `values` (row-major order of its shape) outside [lo, hi), where validates_on_host().
+// `where` defaults to "of [lo, hi)".
+void check_index_values(const char* op, const char* name, const at::Tensor& values, int64_t lo, int64_t hi,
+                        const std::string& where = "");
 
 // Read by the aten overrides: true when detops should compute this call (mode and flag).
 bool use_detops_kernels();
+
+// The functional and .out overloads of an in-place front end `inplace(at::Tensor& result) -> at::Tensor&`,
+// as aten's structured kernels make them: the functional one runs it on a contiguous clone of self; the
+// .out one checks out's dtype and device, runs `checks` (the in-place op's argument checks, so that bad
+// arguments leave out untouched), resizes out to self's shape, copies self in and runs it on out.
+template <typename Inplace>
+at::Tensor functional_from_inplace(const at::Tensor& self, Inplace&& inplace) {
+  at::Tensor result = self.clone(at::MemoryFormat::Contiguous);
+  inplace(result);
+  return result;
+}
+
+// out's dtype must be self's, and its device too.
+void check_out(const char* op, const at::Tensor& self, const at::Tensor& out);
+// Resizes out to self's shape and copies self into it (nothing to copy when out is self).
+void prepare_out_from_self(const at::Tensor& self, at::Tensor& out);
+
+template <typename Checks, typename Inplace>
+at::Tensor& out_from_inplace(const char* op, const at::Tensor& self, at::Tensor& out, Checks&& checks,
+                             Inplace&& inplace) {
+  check_out(op, self, out);
+  checks();
+  prepare_out_from_self(self, out);
+  return inplace(out);
+}
+
+// The .out (grad_input) overload of a functional front end: `result` copied into `out`, resized to it,
+// after checking out's dtype (self's) and device.
+at::Tensor& copy_to_out(const char* op, const char* out_name, const at::Tensor& self, const at::Tensor& result,
+                        at::Tensor& out);
 
 }  // namespace detops

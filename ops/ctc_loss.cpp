@@ -3,8 +3,6 @@
 // (docs/order_contract.md, "Log-add-exp").
 #include "ops/ctc_loss.h"
 
-#include "cuda/ctc_loss_launch.h"
-#include "detops/detops.h"
 #include "ops/common.h"
 #include "ops/ctc_loss_op.h"
 
@@ -15,6 +13,7 @@
 #include <ATen/ops/empty_strided.h>
 
 #include <algorithm>
+#include <string>
 
 namespace detops {
 namespace {
@@ -97,27 +96,23 @@ CtcPlan check_ctc_loss_backward(const at::Tensor& grad, const at::Tensor& log_pr
   return plan;
 }
 
-// Raises, naming the first bad value, if a used target is outside [0, num_labels). CPU tensors always;
-// CUDA tensors in strict mode (a device-to-host copy into the same strides), otherwise the kernels
-// assert. NB: reads the elements the kernels read, with stock's addressing (offset + j * stride).
+// Each used target must lie in [0, num_labels) (common.h's check, per batch element). NB: reads the
+// elements the kernels read, with stock's addressing (offset + j * stride), from a host copy with the same
+// strides.
 void check_target_values(const at::Tensor& targets, const CtcPlan& plan, int64_t num_labels) {
-  if (!targets.is_cpu() && !get_strict()) return;
+  if (!validates_on_host(targets)) return;
   at::Tensor host = targets;
   if (!targets.is_cpu()) {
     host = at::empty_strided(targets.sizes(), targets.strides(), targets.options().device(at::kCPU));
     host.copy_(targets);
   }
-  AT_DISPATCH_INDEX_TYPES(host.scalar_type(), "detops_ctc_check_targets", [&] {
-    const index_t* p = host.const_data_ptr<index_t>();
-    for (int64_t b = 0; b < plan.batch; ++b) {
-      const int64_t offset = plan.meta[2 * plan.batch + b];
-      for (int64_t j = 0; j < plan.meta[plan.batch + b]; ++j) {
-        const int64_t v = static_cast<int64_t>(p[offset + j * plan.tg_stride]);
-        TORCH_CHECK(v >= 0 && v < num_labels, kOp, "(): target ", v, " (batch element ", b, ", position ", j,
-                    ") is outside the label range [0, ", num_labels, ")");
-      }
-    }
-  });
+  for (int64_t b = 0; b < plan.batch; ++b) {
+    const at::Tensor used = host.as_strided({plan.meta[plan.batch + b]}, {plan.tg_stride},
+                                            host.storage_offset() + plan.meta[2 * plan.batch + b]);
+    check_index_values(kOp, "target", used, 0, num_labels,
+                       "in batch element " + std::to_string(b) + " of the label range [0, " +
+                           std::to_string(num_labels) + ")");
+  }
 }
 
 // Per batch element, a stable counting sort of the extended positions by label.

@@ -168,4 +168,12 @@ CtcBackwardOp<scalar_t, target_t> make_ctc_backward_op(at::Tensor& out, const at
   return op;
 }
 
+namespace cuda {
+// The CUDA path (cuda/ctc_loss.cu): writes the gradient into `out` ([max_T, batch, num_labels],
+// contiguous). log_probs, log_alpha and neg_log_likelihood are contiguous and of out's dtype.
+void ctc_loss_backward_kernel(at::Tensor& out, const at::Tensor& grad_out, const at::Tensor& log_probs,
+                              const at::Tensor& targets, const CtcPlan& plan, const at::Tensor& neg_log_likelihood,
+                              const at::Tensor& log_alpha, int64_t blank, bool zero_infinity);
+}  // namespace cuda
+
 }  // namespace detops

@@ -2,15 +2,10 @@
 // both run the sort-reduce engine over EmbeddingBagSumOp / EmbeddingBagMaxOp (docs/order_contract.md).
 #include "ops/embedding_bag.h"
 
-#include "cuda/embedding_bag_launch.h"
-#include "detops/detops.h"
 #include "ops/common.h"
 #include "ops/embedding_bag_op.h"
 #include "ops/sort_reduce_cpu.h"
 
-#include <ATen/Dispatch.h>
-#include <ATen/ops/_to_copy.h>
-#include <ATen/ops/bincount.h>
 #include <ATen/ops/zeros.h>
 
 namespace detops {
@@ -22,23 +17,6 @@ enum Mode : int64_t { kSum = 0, kMean = 1, kMax = 2 };
 
 bool is_index_type(at::ScalarType t) {
   return t == at::kLong || t == at::kInt;
-}
-
-// Raises, naming the tensor and the first bad value in source order, if a value of `t` lies outside
-// [lo, hi). CPU tensors always; CUDA tensors in strict mode (one device-to-host copy), else the kernel
-// asserts and never writes out of bounds.
-void check_values(const at::Tensor& t, const char* name, int64_t lo, int64_t hi) {
-  if (t.numel() == 0) return;
-  if (!t.is_cpu() && !get_strict()) return;
-  const at::Tensor host = (t.is_cpu() ? t : at::_to_copy(t, t.options().device(at::kCPU))).contiguous();
-  AT_DISPATCH_INDEX_TYPES(host.scalar_type(), "detops_embedding_bag_check", [&] {
-    const index_t* p = host.const_data_ptr<index_t>();
-    for (int64_t i = 0; i < host.numel(); ++i) {
-      const int64_t v = static_cast<int64_t>(p[i]);
-      TORCH_CHECK(v >= lo && v < hi, kOp, "(): ", name, " value ", v, " at position ", i, " is out of range [", lo,
-                  ", ", hi, ")");
-    }
-  });
 }
 
 // The index tensors in the dtype of `indices`, contiguous (a no-op for the tensors aten's forward saves).
@@ -63,22 +41,16 @@ at::Tensor sum_mean_backward(const at::Tensor& grad, const at::Tensor& indices_i
   const at::Tensor indices = indices_in.contiguous();
   const at::Tensor offset2bag = as_index(offset2bag_in, itype);
   const at::Tensor bag_size = mean ? as_index(bag_size_in, itype) : at::Tensor();
-  check_values(indices, "indices", 0, num_weights);
-  check_values(offset2bag, "offset2bag", 0, num_bags);
-  // Occurrences of each index: integer counts, exact in any order (stock's unweighted bincount).
-  const at::Tensor counts = scale_grad_by_freq ? at::bincount(indices, std::nullopt, num_weights) : at::Tensor();
+  check_index_values(kOp, "indices value", indices, 0, num_weights);
+  check_index_values(kOp, "offset2bag value", offset2bag, 0, num_bags);
   const at::Tensor psw = per_sample_weights_in.defined() ? per_sample_weights_in.contiguous() : at::Tensor();
   if (out.is_cuda()) {
-    cuda::embedding_bag_sum_backward_kernel(out, grad, indices, offset2bag, bag_size, counts, psw, padding_idx);
-    return out;
+    cuda::embedding_bag_sum_backward_kernel(out, grad, indices, offset2bag, bag_size, scale_grad_by_freq, psw,
+                                            padding_idx);
+  } else {
+    embedding_bag_sum_backward_compute<cpu::Engine>(out, grad, indices, offset2bag, bag_size, scale_grad_by_freq,
+                                                    psw, padding_idx);
   }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "detops_embedding_bag_sum_cpu", [&] {
-    AT_DISPATCH_INDEX_TYPES(itype, "detops_embedding_bag_sum_cpu_index", [&] {
-      const auto op =
-          make_embedding_bag_sum_op<scalar_t, index_t>(out, grad, indices, offset2bag, bag_size, counts, psw, padding_idx);
-      cpu::sort_reduce<acc_type<scalar_t>>(op, n, num_weights + 1, op.D);
-    });
-  });
   return out;
 }
 
@@ -94,17 +66,12 @@ at::Tensor max_backward(const at::Tensor& grad, const at::Tensor& max_indices_in
   const at::ScalarType itype = max_indices_in.scalar_type();
   const at::Tensor max_indices = max_indices_in.contiguous();
   const at::Tensor bag_size = as_index(bag_size_in, itype);
-  check_values(max_indices, "maximum_indices", -1, num_weights);
+  check_index_values(kOp, "maximum_indices value", max_indices, -1, num_weights);
   if (out.is_cuda()) {
     cuda::embedding_bag_max_backward_kernel(out, grad, max_indices, bag_size, padding_idx);
-    return out;
+  } else {
+    embedding_bag_max_backward_compute<cpu::Engine>(out, grad, max_indices, bag_size, padding_idx);
   }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "detops_embedding_bag_max_cpu", [&] {
-    AT_DISPATCH_INDEX_TYPES(itype, "detops_embedding_bag_max_cpu_index", [&] {
-      const auto op = make_embedding_bag_max_op<scalar_t, index_t>(out, grad, max_indices, bag_size, padding_idx);
-      cpu::sort_reduce<acc_type<scalar_t>>(op, grad.numel(), op.dump_key() + 1, 1);
-    });
-  });
   return out;
 }
 

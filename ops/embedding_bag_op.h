@@ -89,7 +89,9 @@ struct EmbeddingBagMaxOp {
 
 }  // namespace detops
 
+#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
 
 namespace detops {
 
@@ -131,5 +133,59 @@ EmbeddingBagMaxOp<scalar_t, index_t> make_embedding_bag_max_op(at::Tensor& out, 
   op.padding_idx = padding_idx;
   return op;
 }
+
+// Sum / mean on an engine (cpu::Engine or cuda::Engine): all tensors contiguous, index tensors of one
+// dtype, `out` zero-filled [num_weights, D]; bag_size (mean) and per_sample_weights may be undefined.
+template <typename Engine>
+void embedding_bag_sum_backward_compute(at::Tensor& out, const at::Tensor& grad, const at::Tensor& indices,
+                                        const at::Tensor& offset2bag, const at::Tensor& bag_size,
+                                        bool scale_grad_by_freq, const at::Tensor& per_sample_weights,
+                                        int64_t padding_idx) {
+  const int64_t n = indices.numel();
+  const int64_t num_weights = out.size(0);
+  if (n == 0 || out.numel() == 0) return;
+  AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "detops_embedding_bag_sum_backward_index", [&] {
+    // Occurrences of each index: integer counts, exact in any order, no host round trip.
+    at::Tensor counts;
+    if (scale_grad_by_freq) {
+      counts = at::zeros({num_weights}, out.options().dtype(at::kLong));
+      Engine::count(indices.const_data_ptr<index_t>(), n, num_weights, counts.mutable_data_ptr<int64_t>());
+    }
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(),
+                                    "detops_embedding_bag_sum_backward", [&] {
+      const auto op = make_embedding_bag_sum_op<scalar_t, index_t>(out, grad, indices, offset2bag, bag_size, counts,
+                                                                   per_sample_weights, padding_idx);
+      // NB: key num_weights collects padding_idx entries and is never written.
+      Engine::template sort_reduce<acc_type<scalar_t>>("_embedding_bag_dense_backward", op, n, num_weights + 1, op.D,
+                                                       out);
+    });
+  });
+}
+
+// Max on an engine: grad and max_indices [num_bags, D] contiguous, `out` zero-filled [num_weights, D].
+template <typename Engine>
+void embedding_bag_max_backward_compute(at::Tensor& out, const at::Tensor& grad, const at::Tensor& max_indices,
+                                        const at::Tensor& bag_size, int64_t padding_idx) {
+  if (grad.numel() == 0 || out.numel() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "detops_embedding_bag_max_backward",
+                                  [&] {
+    AT_DISPATCH_INDEX_TYPES(max_indices.scalar_type(), "detops_embedding_bag_max_backward_index", [&] {
+      const auto op = make_embedding_bag_max_op<scalar_t, index_t>(out, grad, max_indices, bag_size, padding_idx);
+      // NB: the dump key num_weights * D collects skipped entries and is never written.
+      Engine::template sort_reduce<acc_type<scalar_t>>("_embedding_bag_dense_backward", op, grad.numel(),
+                                                       op.dump_key() + 1, 1, out);
+    });
+  });
+}
+
+namespace cuda {
+// The two computations on the CUDA engine (cuda/embedding_bag.cu).
+void embedding_bag_sum_backward_kernel(at::Tensor& out, const at::Tensor& grad, const at::Tensor& indices,
+                                       const at::Tensor& offset2bag, const at::Tensor& bag_size,
+                                       bool scale_grad_by_freq, const at::Tensor& per_sample_weights,
+                                       int64_t padding_idx);
+void embedding_bag_max_backward_kernel(at::Tensor& out, const at::Tensor& grad, const at::Tensor& max_indices,
+                                       const at::Tensor& bag_size, int64_t padding_idx);
+}  // namespace cuda
 
 }  // namespace detops

@@ -1,16 +1,13 @@
 // index_add (functional, in place, .out): checks, routing and the CPU path. The CUDA path is
 // cuda/index_add.cu; both run the sort-reduce engine over IndexAddOp (docs/order_contract.md).
-#include "ops/ops.h"
+#include "ops/index_add.h"
 
-#include "cuda/launch.h"
 #include "ops/common.h"
 #include "ops/index_add_op.h"
 #include "ops/sort_reduce_cpu.h"
 
-#include <ATen/Dispatch.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/index_add_cpu_dispatch.h>
 #include <ATen/ops/index_add_cuda_dispatch.h>
 
@@ -50,17 +47,6 @@ int64_t check_index_add(const at::Tensor& self, int64_t dim, const at::Tensor& i
   return dim;
 }
 
-void index_add_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& source,
-                   const at::Scalar& alpha) {
-  const at::Tensor src = source.contiguous();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, result.scalar_type(), "detops_index_add_cpu", [&] {
-    AT_DISPATCH_INDEX_TYPES(index.scalar_type(), "detops_index_add_cpu_index", [&] {
-      const auto op = make_index_add_op<scalar_t, index_t>(result, dim, index, src, alpha);
-      cpu::sort_reduce<acc_type<scalar_t>>(op, op.n, op.dim_size, index_add_columns(result, dim));
-    });
-  });
-}
-
 }  // namespace
 
 at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
@@ -70,13 +56,15 @@ at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, c
     return self.is_cuda() ? at::cuda::index_add_(self, dim, index, source, alpha)
                           : at::cpu::index_add_(self, dim, index, source, alpha);
   }
-  check_index_values(kOp, index, self.dim() == 0 ? 1 : self.size(dim), dim);
+  const int64_t size = self.dim() == 0 ? 1 : self.size(dim);
+  check_index_values(kOp, "index", index, 0, size, "for dimension " + std::to_string(dim) + " with size " +
+                                                        std::to_string(size));
   if (index.numel() == 0 || self.numel() == 0) return self;
   at::Tensor work = self.is_contiguous() ? self : self.contiguous();
   if (work.is_cuda()) {
     cuda::index_add_kernel(work, dim, index, source, alpha);
   } else {
-    index_add_cpu(work, dim, index, source, alpha);
+    index_add_compute<cpu::Engine>(work, dim, index, source, alpha);
   }
   if (!work.is_same(self)) self.copy_(work);
   return self;
@@ -84,20 +72,14 @@ at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, c
 
 at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                      const at::Scalar& alpha) {
-  at::Tensor result = self.clone(at::MemoryFormat::Contiguous);
-  index_add_(result, dim, index, source, alpha);
-  return result;
+  return functional_from_inplace(self, [&](at::Tensor& result) { return index_add_(result, dim, index, source, alpha); });
 }
 
 at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                           const at::Scalar& alpha, at::Tensor& out) {
-  TORCH_CHECK(out.scalar_type() == self.scalar_type(), kOp, "(): out (", out.scalar_type(), ") and self (",
-              self.scalar_type(), ") must have the same scalar type");
-  check_same_device(kOp, self, out, "out");
-  check_index_add(self, dim, index, source);
-  at::native::resize_output(out, self.sizes());
-  if (!out.is_same(self)) out.copy_(self);
-  return index_add_(out, dim, index, source, alpha);
+  return out_from_inplace(
+      kOp, self, out, [&] { check_index_add(self, dim, index, source); },
+      [&](at::Tensor& result) -> at::Tensor& { return index_add_(result, dim, index, source, alpha); });
 }
 
 }  // namespace detops

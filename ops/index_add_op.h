@@ -39,6 +39,7 @@ struct IndexAddOp {
 
 }  // namespace detops
 
+#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Scalar.h>
 
@@ -67,5 +68,27 @@ inline int64_t index_add_columns(const at::Tensor& result, int64_t dim) {
   const int64_t dim_size = result.dim() == 0 ? 1 : result.size(dim);
   return dim_size == 0 ? 0 : result.numel() / dim_size;
 }
+
+// result (contiguous, holding self) gets the index_add of `source` on an engine (cpu::Engine or
+// cuda::Engine); the front end has checked the arguments.
+template <typename Engine>
+void index_add_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                       const at::Scalar& alpha) {
+  const int64_t columns = index_add_columns(result, dim);
+  if (index.numel() == 0 || columns == 0) return;
+  const at::Tensor src = source.contiguous();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, result.scalar_type(), "detops_index_add", [&] {
+    AT_DISPATCH_INDEX_TYPES(index.scalar_type(), "detops_index_add_index", [&] {
+      const auto op = make_index_add_op<scalar_t, index_t>(result, dim, index, src, alpha);
+      Engine::template sort_reduce<acc_type<scalar_t>>("index_add_", op, op.n, op.dim_size, columns, result);
+    });
+  });
+}
+
+namespace cuda {
+// index_add_compute on the CUDA engine (cuda/index_add.cu).
+void index_add_kernel(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                      const at::Scalar& alpha);
+}  // namespace cuda
 
 }  // namespace detops

@@ -2,19 +2,15 @@
 // per-element code of ops/pooling_op.h (docs/order_contract.md).
 #include "ops/pooling.h"
 
-#include <ATen/Dispatch.h>
-#include <ATen/Parallel.h>
-#include <ATen/native/Pool.h>
-#include <ATen/native/Resize.h>
-#include <ATen/ops/_to_copy.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
-
-#include "cuda/pooling_launch.h"
-#include "detops/detops.h"
 #include "ops/common.h"
 #include "ops/pooling_op.h"
 #include "ops/sort_reduce_cpu.h"
+
+#include <ATen/native/Pool.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include <string>
 
 namespace detops {
 namespace {
@@ -67,14 +63,8 @@ void check_max_indices(const char* op, const at::Tensor& self, const at::Tensor&
   TORCH_CHECK(indices.sizes() == grad_output.sizes(), op, "(): expected indices of grad_output's shape ",
               grad_output.sizes(), ", but got ", indices.sizes());
   check_same_device(op, self, indices, "indices");
-  if (indices.numel() == 0) return;
-  if (!indices.is_cpu() && !get_strict()) return;
-  const at::Tensor host = indices.is_cpu() ? indices.contiguous() : at::_to_copy(indices, at::kCPU).contiguous();
-  const int64_t* p = host.const_data_ptr<int64_t>();
-  for (int64_t i = 0; i < host.numel(); ++i) {
-    TORCH_CHECK(p[i] >= 0 && p[i] < input_plane, op, "(): index ", p[i], " at position ", i,
-                " is out of bounds for an input plane of ", input_plane, " elements");
-  }
+  check_index_values(op, "index", indices, 0, input_plane,
+                     "for an input plane of " + std::to_string(input_plane) + " elements");
 }
 
 // The result in the memory format stock returns: self's suggested format for the ops whose stock kernels
@@ -93,13 +83,7 @@ at::Tensor avg_backward(const at::Tensor& grad_output, const at::Tensor& self, c
   if (self.is_cuda()) {
     cuda::avg_pool_backward_kernel(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
   } else {
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "detops_avg_pool_backward_cpu", [&] {
-      const auto op = make_avg_pool_op<scalar_t>(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
-      // NB: each input element is computed whole by one iteration, so the bits do not depend on threads.
-      at::parallel_for(0, grad_in.numel(), 2048, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) op(i);
-      });
-    });
+    avg_pool_backward_compute<cpu::Engine>(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
   }
   return in_format(self, grad_in, keep_format);
 }
@@ -112,23 +96,15 @@ at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, cons
   const at::Tensor go = grad_output.contiguous();
   const at::Tensor idx = indices.contiguous();
   if (self.is_cuda()) {
-    cuda::max_pool_backward_kernel(grad_in, go, idx, s.output_plane(), s.input_plane());
+    cuda::max_pool_backward_kernel(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
   } else {
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "detops_max_pool_backward_cpu", [&] {
-      const auto op = make_max_pool_op<scalar_t>(grad_in, go, idx, s.output_plane(), s.input_plane());
-      cpu::sort_reduce<acc_type<scalar_t>>(op, go.numel(), grad_in.numel(), 1);
-    });
+    max_pool_backward_compute<cpu::Engine>(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
   }
   return in_format(self, grad_in, keep_format);
 }
 
 at::Tensor& write_out(const char* op, const at::Tensor& self, const at::Tensor& result, at::Tensor& grad_input) {
-  TORCH_CHECK(grad_input.scalar_type() == self.scalar_type(), op, "(): expected grad_input of dtype ",
-              self.scalar_type(), ", but got ", grad_input.scalar_type());
-  check_same_device(op, self, grad_input, "grad_input");
-  at::native::resize_output(grad_input, result.sizes());
-  grad_input.copy_(result);
-  return grad_input;
+  return copy_to_out(op, "grad_input", self, result, grad_input);
 }
 
 // "a single int, or a tuple of n ints" arguments, as stock parses them.

@@ -156,6 +156,7 @@ struct MaxPoolBackwardOp {
 
 }  // namespace detops
 
+#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 
 namespace detops {
@@ -185,5 +186,37 @@ MaxPoolBackwardOp<scalar_t> make_max_pool_op(at::Tensor& grad_in, const at::Tens
   op.input_plane = input_plane;
   return op;
 }
+
+// Average pools on an engine (cpu::Engine or cuda::Engine): every element of grad_in (contiguous, the
+// input's shape) gathers its windows from grad_out (contiguous).
+template <typename Engine>
+void avg_pool_backward_compute(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& dims, bool adaptive,
+                               bool count_include_pad, int64_t divisor_override) {
+  const int64_t n = grad_in.numel();
+  if (n == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_avg_pool_backward", [&] {
+    const auto op = make_avg_pool_op<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override);
+    Engine::for_each(op, n);
+  });
+}
+
+// Max pools on an engine: grad_in zero-filled; the elements some index selects are written.
+template <typename Engine>
+void max_pool_backward_compute(const char* name, at::Tensor& grad_in, const at::Tensor& grad_out,
+                               const at::Tensor& indices, int64_t output_plane, int64_t input_plane) {
+  if (grad_out.numel() == 0 || grad_in.numel() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward", [&] {
+    const auto op = make_max_pool_op<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
+    Engine::template sort_reduce<acc_type<scalar_t>>(name, op, grad_out.numel(), grad_in.numel(), 1, grad_in);
+  });
+}
+
+namespace cuda {
+// The two computations on the CUDA engine (cuda/pooling.cu). All tensors contiguous and on one device.
+void avg_pool_backward_kernel(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& dims, bool adaptive,
+                              bool count_include_pad, int64_t divisor_override);
+void max_pool_backward_kernel(const char* name, at::Tensor& grad_in, const at::Tensor& grad_out,
+                              const at::Tensor& indices, int64_t output_plane, int64_t input_plane);
+}  // namespace cuda
 
 }  // namespace detops

@@ -1,16 +1,13 @@
 // scatter_add (functional, in place, .out): checks, routing and the CPU path. The CUDA path is
 // cuda/scatter_add.cu; both run the sort-reduce engine over ScatterAddOp (docs/order_contract.md).
-#include "ops/ops.h"
+#include "ops/scatter_add.h"
 
-#include "cuda/launch.h"
 #include "ops/common.h"
 #include "ops/scatter_add_op.h"
 #include "ops/sort_reduce_cpu.h"
 
-#include <ATen/Dispatch.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/scatter_add_cpu_dispatch.h>
 #include <ATen/ops/scatter_add_cuda_dispatch.h>
 
@@ -61,15 +58,6 @@ int64_t check_scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor&
   return dim;
 }
 
-void scatter_add_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, result.scalar_type(), "detops_scatter_add_cpu", [&] {
-    AT_DISPATCH_INDEX_TYPES(index.scalar_type(), "detops_scatter_add_cpu_index", [&] {
-      const auto op = make_scatter_add_op<scalar_t, index_t>(result, dim, index, src);
-      cpu::sort_reduce<acc_type<scalar_t>>(op, index.numel(), result.numel(), 1);
-    });
-  });
-}
-
 }  // namespace
 
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
@@ -78,32 +66,28 @@ at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index,
   if (!engine_dtype(self.scalar_type())) {
     return self.is_cuda() ? at::cuda::scatter_add_(self, dim, index, src) : at::cpu::scatter_add_(self, dim, index, src);
   }
-  check_index_values(kOp, index, nonempty_size(self, dim), dim);
+  const int64_t size = nonempty_size(self, dim);
+  check_index_values(kOp, "index", index, 0, size, "for dimension " + std::to_string(dim) + " with size " +
+                                                        std::to_string(size));
   at::Tensor work = self.is_contiguous() ? self : self.contiguous();
   if (work.is_cuda()) {
     cuda::scatter_add_kernel(work, dim, index, src);
   } else {
-    scatter_add_cpu(work, dim, index, src);
+    scatter_add_compute<cpu::Engine>(work, dim, index, src);
   }
   if (!work.is_same(self)) self.copy_(work);
   return self;
 }
 
 at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
-  at::Tensor result = self.clone(at::MemoryFormat::Contiguous);
-  scatter_add_(result, dim, index, src);
-  return result;
+  return functional_from_inplace(self, [&](at::Tensor& result) { return scatter_add_(result, dim, index, src); });
 }
 
 at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             at::Tensor& out) {
-  TORCH_CHECK(out.scalar_type() == self.scalar_type(), kOp, "(): out (", out.scalar_type(), ") and self (",
-              self.scalar_type(), ") must have the same scalar type");
-  check_same_device(kOp, self, out, "out");
-  check_scatter_add(self, dim, index, src);
-  at::native::resize_output(out, self.sizes());
-  if (!out.is_same(self)) out.copy_(self);
-  return scatter_add_(out, dim, index, src);
+  return out_from_inplace(
+      kOp, self, out, [&] { check_scatter_add(self, dim, index, src); },
+      [&](at::Tensor& result) -> at::Tensor& { return scatter_add_(result, dim, index, src); });
 }
 
 }  // namespace detops

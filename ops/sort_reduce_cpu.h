@@ -7,6 +7,7 @@
 #include "ops/contract.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -47,5 +48,35 @@ void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
     }
   });
 }
+
+// The CPU engine: what the op computations (ops/*_op.h, `*_compute<Engine>`) call; cuda::Engine
+// (cuda/sort_reduce.cuh) has the same members.
+struct Engine {
+  // The sort-reduce engine above. `name` and `like` serve the CUDA engine (errors, allocations).
+  template <typename acc_t, typename Op>
+  static void sort_reduce(const char* /*name*/, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                          const at::Tensor& /*like*/) {
+    cpu::sort_reduce<acc_t>(op, n, num_keys, D);
+  }
+
+  // op(i) for every i in [0, n). NB: each i is computed whole by one call, so the bits do not depend on
+  // the number of threads.
+  template <typename Op>
+  static void for_each(const Op& op, int64_t n) {
+    at::parallel_for(0, n, 2048, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) op(i);
+    });
+  }
+
+  // counts[v] += occurrences of v among values[0, n) (integers: exact in any order); values outside
+  // [0, bins) are skipped.
+  template <typename index_t>
+  static void count(const index_t* values, int64_t n, int64_t bins, int64_t* counts) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t v = static_cast<int64_t>(values[i]);
+      if (v >= 0 && v < bins) ++counts[v];
+    }
+  }
+};
 
 }  // namespace detops::cpu

@@ -16,7 +16,7 @@ from typing import Iterator, List, Optional
 
 import torch
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "__version__",
@@ -59,10 +59,22 @@ def library_path() -> str:
     )
 
 
+def _check_environment() -> None:
+    """A bad ``DETOPS_MODE`` is an error at import (the library itself only warns and uses ``auto``, since a
+    library being loaded must never stop its host process)."""
+    env_mode = os.environ.get("DETOPS_MODE", "")
+    if env_mode and env_mode not in _MODES:
+        raise ValueError(f"DETOPS_MODE={env_mode!r}: unknown mode; expected one of {_MODES}")
+    env_strict = os.environ.get("DETOPS_STRICT", "")
+    if env_strict not in ("", "0", "1"):
+        raise ValueError(f"DETOPS_STRICT={env_strict!r}: expected '0' or '1'")
+
+
 def load_library(path: Optional[str] = None) -> str:
     """Loads ``libdetops.so`` once (later calls return the path already loaded)."""
     global _loaded_path
     if _loaded_path is None:
+        _check_environment()
         resolved = path or library_path()
         torch.ops.load_library(resolved)
         _loaded_path = resolved

@@ -18,7 +18,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-__all__ = ["Call", "Case", "STOCK_UNDER_FLAG", "cases", "all_cases", "aten_op", "twin_op", "stock_under_flag"]
+__all__ = ["Call", "Case", "cases", "all_cases", "aten_op", "twin_op", "stock_under_flag"]
 
 
 @dataclasses.dataclass
@@ -78,30 +78,22 @@ def twin_op(op: str):
         return None
 
 
-# What stock PyTorch 2.11 does on CUDA under torch.use_deterministic_algorithms(True), by aten name.
-STOCK_UNDER_FLAG: Dict[str, str] = {
-    "index_add": "slow fallback (index_put_ accumulate: copy, sort)",
-    "index_add_": "slow fallback (index_put_ accumulate: copy, sort)",
-    "scatter_add": "slow fallback (index_put_: expand index, sort)",
-    "scatter_add_": "slow fallback (index_put_: expand index, sort)",
-    "bincount": "throws with weights; fine without",
-    "_embedding_bag_dense_backward": "throws for mode=max; fine for sum/mean",
-    "_ctc_loss_backward": "throws",
-    "_adaptive_avg_pool2d_backward": "throws",
-    "adaptive_avg_pool3d_backward": "throws",
-    "_adaptive_avg_pool3d_backward": "throws",
-    "adaptive_max_pool2d_backward": "throws",
-    "adaptive_max_pool3d_backward": "throws",
-    "avg_pool3d_backward": "throws",
-    "max_pool3d_with_indices_backward": "throws (deterministic upstream from late 2026)",
-    "fractional_max_pool2d_backward": "throws",
-    "fractional_max_pool3d_backward": "throws",
-}
-
-
 def stock_under_flag(op: str) -> str:
-    name = op.split("::", 1)[-1].split(".", 1)[0]
-    return STOCK_UNDER_FLAG.get(name, "unknown")
+    """What stock PyTorch does on CUDA under the deterministic flag for ``op``, in words, from
+    :mod:`detops.stock_table` (the one statement of it)."""
+    from . import stock_table
+
+    entries = stock_table.STOCK_TABLE.get(op, ())
+    if not entries:
+        return "deterministic"
+    words = []
+    for e in entries:
+        what = "throws" if e.kind == stock_table.THROWS else (
+            "deterministic" if e.kind == stock_table.DETERMINISTIC else f"slow fallback ({e.alert})")
+        words.append(f"{what} {e.when}".strip() if e.when else what)
+    if all(e.applies is not None for e in entries):
+        words.append("deterministic otherwise")
+    return "; ".join(words)
 
 
 _REGISTRY: List[Case] = []

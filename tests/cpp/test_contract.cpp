@@ -1,7 +1,8 @@
 // The order contract (docs/order_contract.md) on the CPU: the shared arithmetic, the tree's shape, its
 // accuracy, and independence from the number of threads.
 #include "ops/contract.h"
-#include "ops/ops.h"
+#include "ops/index_add.h"
+#include "ops/scatter_add.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -2,7 +2,8 @@
 // (cuda/sort_reduce_steps.h), each level's threads in a shuffled order, must give the CPU twin's bits.
 #include "cuda/sort_reduce_steps.h"
 #include "ops/index_add_op.h"
-#include "ops/ops.h"
+#include "ops/index_add.h"
+#include "ops/scatter_add.h"
 #include "ops/scatter_add_op.h"
 
 #include <ATen/ATen.h>
@@ -29,7 +30,7 @@ void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std:
   std::vector<int32_t> segstart(n), lead(n), slot(n);
   for (int32_t p = 0; p < n; ++p) segstart[p] = detops::engine::head_value(keys.data(), p);
   for (int32_t p = 1; p < n; ++p) segstart[p] = std::max(segstart[p], segstart[p - 1]);
-  for (int32_t p = 0; p < n; ++p) lead[p] = detops::engine::long_leader(keys.data(), segstart.data(), n, p);
+  for (int32_t p = 0; p < n; ++p) lead[p] = detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, p);
   std::exclusive_scan(lead.begin(), lead.end(), slot.begin(), 0);
   const int32_t max_slots = n / 16 + 1;
   std::vector<int32_t> slot_first(max_slots, -7), slot_pos(max_slots, -7);
@@ -112,3 +113,87 @@ TEST(EngineSchedule, ScatterAddGivesTheCpuBitsWhateverTheThreadOrder) {
 }
 
 }  // namespace
+
+// An op whose contributions are all 1: finalize records (key, total), so a test sees how many
+// contributions each destination got.
+struct CountingOp {
+  std::vector<std::pair<int64_t, double>>* finalized;
+  int64_t key(int64_t) const { return 0; }
+  double contribution(int64_t, int64_t) const { return 1.0; }
+  void finalize(int64_t k, int64_t, double total) const { finalized->emplace_back(k, total); }
+};
+
+// The engine's steps at the top of its range (n = 2^31 - 1 contributions): sums such as s0 + kBlock must
+// not wrap past n. The arrays are windows around the last positions; positions past n hold the last
+// segment's key, as memory past the end may, so a read past n would be counted.
+TEST(EngineSchedule, PositionsNearTheLimitStayBelowN) {
+  const int32_t n = static_cast<int32_t>(detops::kMaxContributions);
+  constexpr int32_t kBefore = 40;
+  constexpr int32_t kAfter = 40;
+  const int64_t base = int64_t{n} - kBefore;
+  std::vector<uint32_t> key_window(kBefore + kAfter, 7u);
+  std::vector<int32_t> segstart_window(kBefore + kAfter, n - 10);
+  std::vector<int32_t> perm_window(kBefore + kAfter, 0);
+  std::vector<int32_t> slot_window(kBefore + kAfter, 0);
+  for (int32_t j = 0; j < kBefore - 10; ++j) {
+    key_window[j] = 6u;
+    segstart_window[j] = static_cast<int32_t>(base);
+  }
+  // keys[p] is key_window[p - base]: only positions inside the window are ever read.
+  const uint32_t* keys = key_window.data() - base;
+  const int32_t* segstart = segstart_window.data() - base;
+  const int32_t* perm = perm_window.data() - base;
+  const int32_t* slot = slot_window.data() - base;
+  std::vector<std::pair<int64_t, double>> finalized;
+  const CountingOp op{&finalized};
+  std::vector<double> scratch(4, -1.0);
+  const int32_t last = n - 10;  // the last segment: positions [n - 10, n), key 7
+  EXPECT_EQ(detops::engine::long_leader(keys, segstart, n, /*num_keys=*/8, last), 0);
+  detops::engine::level0_step<double>(op, keys, perm, segstart, slot, n, /*num_keys=*/8, /*D=*/1, scratch.data(),
+                                      last, 0);
+  ASSERT_EQ(finalized.size(), 1u);
+  EXPECT_EQ(finalized[0].first, 7);
+  EXPECT_EQ(finalized[0].second, 10.0);
+  EXPECT_EQ(scratch, std::vector<double>(4, -1.0));
+}
+
+// Invalid contributions (key num_keys, sorted last) get no scratch slots, so no tree level above 0 can
+// fold or finalize them, however many there are.
+TEST(EngineSchedule, TheInvalidSegmentGetsNoSlots) {
+  const int64_t num_keys = 5;
+  std::vector<uint32_t> keys(40, 0u);
+  keys.resize(80, static_cast<uint32_t>(num_keys));
+  const int32_t n = static_cast<int32_t>(keys.size());
+  std::vector<int32_t> segstart(n);
+  for (int32_t p = 0; p < n; ++p) segstart[p] = p < 40 ? 0 : 40;
+  EXPECT_EQ(detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, 0), 1);
+  EXPECT_EQ(detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, 32), 1);
+  EXPECT_EQ(detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, 40), 0);
+  EXPECT_EQ(detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, 72), 0);
+}
+
+// scatter_add's map: forty dims whose strides compose merge to a few; more than kMaxDims dims that do
+// not merge are a clear error, never a write past the map's arrays.
+TEST(ScatterMap, MergesComposableDimsAndRejectsTooManyOthers) {
+  std::vector<detops::ScatterDim> dims;
+  int64_t stride = 1;
+  for (int d = 39; d >= 0; --d) {
+    const int64_t size = d % 3 == 0 ? 1 : 2;
+    dims.insert(dims.begin(), detops::ScatterDim{size, stride, stride, stride, d == 20});
+    stride *= size;
+  }
+  detops::ScatterMap m{};
+  detops::build_scatter_map(m, dims, 2);
+  EXPECT_EQ(m.ndim, 3);
+  EXPECT_EQ(m.dim, 1);
+  EXPECT_EQ(m.sizes[0] * m.sizes[1] * m.sizes[2], stride);
+
+  std::vector<detops::ScatterDim> strided;
+  for (int d = 0; d < 30; ++d) strided.push_back({2, int64_t{1} << (2 * (29 - d)), 1, 1, d == 0});
+  try {
+    detops::build_scatter_map(m, strided, 2);
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 25 are supported"), std::string::npos) << e.what();
+  }
+}

@@ -1,7 +1,8 @@
 // GPU checks (CTest label `gpu`): CUDA == CPU bitwise, overrides under the flag, reruns, strict mode.
 // Every test skips with "detops: no CUDA device" where there is none.
 #include "detops/detops.h"
-#include "ops/ops.h"
+#include "ops/index_add.h"
+#include "ops/scatter_add.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,7 @@
 // The CPU twins against stock CPU ops, and their errors.
 #include "detops/detops.h"
-#include "ops/ops.h"
+#include "ops/index_add.h"
+#include "ops/scatter_add.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,8 @@
 """The mode API, the dispatcher's table in each mode, strict mode, loading, and error messages."""
 
 import os
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -10,14 +12,14 @@ import torch
 import detops
 
 detops_ops = torch.ops.detops
-COVERED = [
-    "aten::index_add",
-    "aten::index_add_",
-    "aten::index_add.out",
-    "aten::scatter_add",
-    "aten::scatter_add_",
-    "aten::scatter_add.out",
-]
+REPO = pathlib.Path(__file__).resolve().parents[2]
+COVERED = detops.covered_ops()
+
+
+def table_rows():
+    """The one table, read as text: aten overloads of registration/ops.def, in order."""
+    rows = re.findall(r"^DETOPS_OP\((\w+), *(\w+), *(\w*),", (REPO / "registration/ops.def").read_text(), re.M)
+    return [f"aten::{name}.{overload}" if overload else f"aten::{name}" for _, name, overload in rows]
 
 
 def cuda_kernel_line(name):
@@ -27,13 +29,20 @@ def cuda_kernel_line(name):
     return lines[0]
 
 
-def test_covered_ops_lists_the_foundation_overloads():
-    assert set(COVERED) <= set(detops.covered_ops())
-    assert len(set(detops.covered_ops())) == len(detops.covered_ops())
+def test_covered_ops_are_the_table():
+    assert detops.covered_ops() == table_rows()
+    assert len(set(COVERED)) == len(COVERED) >= 25
+    for name in ["aten::index_add_", "aten::scatter_add.out", "aten::_ctc_loss_backward.Tensor"]:
+        assert name in COVERED
 
 
-def test_version():
-    assert detops.__version__ == torch.ops.detops.version() == "0.1.0"
+def test_version_has_one_source():
+    from detops import _version
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+", _version.__version__)
+    assert detops.__version__ == torch.ops.detops.version() == _version.__version__
+    for path in ["CMakeLists.txt", "python_shim/pyproject.toml", "python_shim/detops/__init__.py"]:
+        assert _version.__version__ not in (REPO / path).read_text(), path
 
 
 @pytest.mark.parametrize("name", COVERED)
@@ -101,8 +110,26 @@ def test_loading_prints_at_most_one_line_of_warnings():
 def test_environment_sets_initial_mode_and_strict():
     result = run_python("import detops; print(detops.get_mode(), detops.get_strict())", DETOPS_MODE="off", DETOPS_STRICT="1")
     assert result.stdout.split() == ["off", "True"], result.stderr
+
+
+def test_bad_environment_is_a_python_error_at_import():
     result = run_python("import detops", DETOPS_MODE="bogus")
-    assert result.returncode != 0 and "unknown mode 'bogus'" in result.stderr
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "ValueError: DETOPS_MODE='bogus': unknown mode" in result.stderr
+    result = run_python("import detops", DETOPS_STRICT="yes")
+    assert result.returncode == 1 and "ValueError: DETOPS_STRICT='yes'" in result.stderr, result.stderr
+
+
+def test_loading_the_library_with_a_bad_mode_warns_and_never_kills_the_process():
+    # Loading libdetops.so directly (a LibTorch app, torch.ops.load_library) never stops the host process:
+    # a bad DETOPS_MODE warns and keeps "auto", a bad DETOPS_STRICT warns and keeps strict mode off.
+    code = ("import torch; torch.ops.load_library(%r); "
+            "print(torch.ops.detops.get_mode(), torch.ops.detops.get_strict())" % detops.library_path())
+    result = run_python(code, DETOPS_MODE="bogus", DETOPS_STRICT="yes")
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    assert result.stdout.split() == ["auto", "False"]
+    assert "DETOPS_MODE='bogus' is not a mode" in result.stderr
+    assert "DETOPS_STRICT='yes' is neither" in result.stderr
 
 
 def test_missing_library_path_is_a_clear_error():
@@ -138,3 +165,13 @@ def test_bad_inputs_raise_clear_errors(call, fragment):
     with pytest.raises((RuntimeError, IndexError), match=fragment):
         call(x)
     assert torch.equal(x, before)
+
+
+def test_every_op_in_the_table_has_its_four_files():
+    # docs/adding_an_op.md: an op is ops/<h>.h, ops/<h>.cpp, ops/<h>_op.h and cuda/<h>.cu, plus table lines.
+    text = (REPO / "registration/ops.def").read_text()
+    headers = sorted(set(re.findall(r"^DETOPS_OP\((\w+),", text, re.M)))
+    assert headers == ["bincount", "ctc_loss", "embedding_bag", "index_add", "pooling", "scatter_add"]
+    for h in headers:
+        for path in [f"ops/{h}.h", f"ops/{h}.cpp", f"ops/{h}_op.h", f"cuda/{h}.cu"]:
+            assert (REPO / path).is_file(), path

@@ -164,3 +164,25 @@ def test_self_aliasing_and_overlap_are_rejected_like_stock():
     expanded = torch.zeros(1, 3).expand(4, 3)
     with pytest.raises(RuntimeError, match="unsupported operation"):
         detops_ops.scatter_add_(expanded, 0, torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed_index", "wide_self"])
+def test_scatter_add_of_forty_dims_matches_stock_and_the_flattened_call(layout):
+    # torch allows 64 dims; the engine's map holds 25 after merging the dims whose strides compose, which
+    # keeps the source order: the bits equal those of the same data flattened to 3-d.
+    from conftest import assert_bitwise_equal
+
+    torch.manual_seed(40)
+    shape = [1] * 17 + [2] * 20 + [1, 3, 1]  # 40 dims, 3 * 2^20 elements
+    self = torch.randn(shape[:-3] + [5, 3, 1])
+    index = torch.randint(0, 5, shape)
+    src = torch.randn(shape)
+    if layout == "transposed_index":
+        index = index.transpose(17, 18).contiguous().transpose(17, 18)
+    if layout == "wide_self":
+        self = torch.randn(shape[:-3] + [5, 4, 2])
+    got = torch.ops.detops.scatter_add(self, -3, index, src)
+    torch.testing.assert_close(got, torch.scatter_add(self, -3, index, src), rtol=1e-5, atol=1e-5)
+    if layout != "wide_self":
+        flat = torch.ops.detops.scatter_add(self.reshape(-1, 5, 3), 1, index.reshape(-1, 1, 3), src.reshape(-1, 1, 3))
+        assert_bitwise_equal(got.reshape(-1, 5, 3), flat)
