@@ -58,19 +58,53 @@ def test_overrides_under_the_flag_match_stock_and_repeat():
     first_sa = self.clone().scatter_add_(0, sindex, source)
     torch.testing.assert_close(first_ia, stock_ia, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(first_sa, stock_sa, rtol=1e-4, atol=1e-4)
-    assert_bitwise_equal(first_ia, detops_ops.index_add(self.cpu(), 0, index.cpu(), source.cpu()).cuda())
+    # About 50 contributions per element (two blocks of the tree): stock's deterministic fallback (a sorted
+    # index_put_ that accumulates one contribution at a time) does not give these bits; the detops kernel
+    # gives the CPU twin's, for each of the three overloads.
+    cpu_self, cpu_index, cpu_sindex, cpu_source = self.cpu(), index.cpu(), sindex.cpu(), source.cpu()
+    want_ia = detops_ops.index_add(cpu_self, 0, cpu_index, cpu_source)
+    want_sa = detops_ops.scatter_add(cpu_self, 0, cpu_sindex, cpu_source)
+    assert_bitwise_equal(first_ia, want_ia, "index_add under the flag vs CPU twin")
+    assert_bitwise_equal(first_sa, want_sa, "scatter_add_ under the flag vs CPU twin")
+    inplace_ia = self.clone()
+    assert inplace_ia.index_add_(0, index, source) is inplace_ia
+    assert_bitwise_equal(inplace_ia, want_ia, "index_add_ under the flag vs CPU twin")
+    out_ia, out_sa = torch.empty(0, device="cuda"), torch.empty(0, device="cuda")
+    torch.index_add(self, 0, index, source, out=out_ia)
+    torch.scatter_add(self, 0, sindex, source, out=out_sa)
+    assert_bitwise_equal(out_ia, want_ia, "index_add.out under the flag vs CPU twin")
+    assert_bitwise_equal(out_sa, want_sa, "scatter_add.out under the flag vs CPU twin")
+    assert_bitwise_equal(torch.scatter_add(self, 0, sindex, source), want_sa, "scatter_add under the flag vs CPU twin")
     for i in range(1000):
         assert_bitwise_equal(torch.index_add(self, 0, index, source), first_ia, f"rerun {i}")
         assert_bitwise_equal(torch.scatter_add(self, 0, sindex, source), first_sa, f"rerun {i}")
 
 
 def test_autograd_through_index_add_under_the_flag():
+    """index_add forward, and index_select's backward (an index_add into zeros), on CUDA under the flag."""
+    g = torch.Generator().manual_seed(13)
+    weight_cpu = torch.randn(20, 8, generator=g)
+    rows = torch.randint(0, 20, (2000,), generator=g)  # about 100 contributions per row of weight.grad
+    dest = torch.randint(0, 10, (2000,), generator=g)  # about 200 contributions per row of out
+    grad_out = torch.randn(10, 8, generator=g)
+    weight = weight_cpu.cuda().requires_grad_()
     torch.use_deterministic_algorithms(True)
-    weight = torch.randn(100, 8, device="cuda", requires_grad=True)
-    index = torch.randint(0, 100, (1000,), device="cuda")
-    out = torch.zeros(100, 8, device="cuda").index_add(0, index, weight[index % 100])
-    out.sum().backward()
-    assert weight.grad is not None and torch.isfinite(weight.grad).all()
+    picked = weight.index_select(0, rows.cuda())
+    assert type(picked.grad_fn).__name__ == "IndexSelectBackward0"  # its backward is an index_add
+    out = torch.zeros(10, 8, device="cuda").index_add(0, dest.cuda(), picked)
+    assert type(out.grad_fn).__name__ == "IndexAddBackward0"
+    # Forward: the detops kernel's bits (the CPU twin's), over trees of several blocks.
+    assert_bitwise_equal(out, detops_ops.index_add(torch.zeros(10, 8), 0, dest, weight_cpu.index_select(0, rows)),
+                         "forward vs CPU twin")
+    # d(out.sum())/d(weight) is exact: row r of the gradient is the number of times r occurs in `rows`.
+    (counts,) = torch.autograd.grad(out.sum(), weight, retain_graph=True)
+    want = torch.bincount(rows, minlength=20).to(torch.float32)[:, None].expand(20, 8)
+    assert counts.is_cuda and counts.dtype == torch.float32
+    assert torch.equal(counts.cpu(), want), (counts.cpu() - want).abs().max()
+    # With a random upstream gradient: the bits of the CPU twin's index_add of grad_out[dest] into zeros.
+    (grad,) = torch.autograd.grad(out, weight, grad_out.cuda())
+    want = detops_ops.index_add(torch.zeros(20, 8), 0, rows, grad_out.index_select(0, dest))
+    assert_bitwise_equal(grad, want, "weight.grad vs CPU twin")
 
 
 def test_strict_mode_raises_and_leaves_the_context_usable():

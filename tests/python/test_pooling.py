@@ -2,7 +2,9 @@
 autograd), the contract's bits (a Python reference of the tree, reruns, thread counts), bad inputs, and on
 a GPU: no error under the flag, CUDA == CPU twin bitwise, close to stock, 1000 reruns identical."""
 
+import copy
 import math
+import re
 
 import pytest
 import torch
@@ -417,17 +419,17 @@ def test_bad_inputs_raise_clear_errors():
     bad[1, 2, 3, 3] = -1
     with pytest.raises(RuntimeError, match="index -1"):
         ops.adaptive_max_pool2d_backward(g, x, bad)
-    with pytest.raises(RuntimeError, match="int64"):
+    with pytest.raises(RuntimeError, match="expected indices of dtype int64, but got Int"):
         ops.adaptive_max_pool2d_backward(g, x, idx.int())
-    with pytest.raises(RuntimeError, match="shape"):
+    with pytest.raises(RuntimeError, match=re.escape("expected indices of grad_output's shape [2, 3, 4, 4], but got [2, 3, 2, 4]")):
         ops.adaptive_max_pool2d_backward(g, x, idx[:, :, :2])
-    with pytest.raises(RuntimeError, match="dtype"):
+    with pytest.raises(RuntimeError, match="expected grad_output of dtype Float like self, but got Double"):
         ops._adaptive_avg_pool2d_backward(g.double(), x)
-    with pytest.raises(RuntimeError, match="floating-point"):
+    with pytest.raises(RuntimeError, match="expected self of a floating-point dtype .* but got Long"):
         ops._adaptive_avg_pool2d_backward(g.long(), x.long())
-    with pytest.raises(RuntimeError, match="3D or 4D"):
+    with pytest.raises(RuntimeError, match=re.escape("expected a 3D or 4D self, but got sizes [8, 8]")):
         ops._adaptive_avg_pool2d_backward(g[0, 0], x[0, 0])
-    with pytest.raises(RuntimeError, match="do not match"):
+    with pytest.raises(RuntimeError, match=re.escape("grad_output sizes [1, 3, 4, 4] do not match self sizes")):
         ops._adaptive_avg_pool2d_backward(g[:1], x)
     x5 = torch.randn(2, 3, 6, 6, 6)
     g5 = torch.randn(2, 3, 3, 3, 3)
@@ -435,16 +437,18 @@ def test_bad_inputs_raise_clear_errors():
         ops.avg_pool3d_backward(g5, x5, [2], [2], [0], False, True, 0)
     with pytest.raises(RuntimeError, match="pad should be"):
         ops.avg_pool3d_backward(g5, x5, [2], [2], [2], False, True, None)
-    with pytest.raises(RuntimeError):
+    # grad_output's spatial sizes against the forward's output size (stock's own shape check, stock's message)
+    with pytest.raises(RuntimeError, match=re.escape("tensor.size[2] == 3 but got: dimension 5 and tensor.size[2] = 2")):
         ops.avg_pool3d_backward(g5[:, :, :2], x5, [2], [2], [0], False, True, None)
-    with pytest.raises(RuntimeError, match="kernel_size"):
+    with pytest.raises(RuntimeError, match="kernel_size must be a single int, or a tuple of three ints"):
         ops.avg_pool3d_backward(g5, x5, [2, 2], [2], [0], False, True, None)
     out5, idx5 = F.max_pool3d(x5, 2, return_indices=True)
-    with pytest.raises(RuntimeError, match="dilation"):
+    with pytest.raises(RuntimeError, match="dilation must be either a single int, or a tuple of three ints"):
         ops.max_pool3d_with_indices_backward(out5, x5, [2], [2], [0], [1, 1], False, idx5)
-    with pytest.raises(RuntimeError):
+    # stride 1 makes the forward's output 5x5x5, not grad_output's 3x3x3
+    with pytest.raises(RuntimeError, match=re.escape("tensor.size[2] == 5 but got: dimension 5 and tensor.size[2] = 3")):
         ops.max_pool3d_with_indices_backward(out5, x5, [2], [1], [0], [1], False, idx5)
-    with pytest.raises(RuntimeError, match="output_size"):
+    with pytest.raises(RuntimeError, match=re.escape("grad_output sizes [2, 3, 3, 3, 3] do not match output_size [3, 3, 2]")):
         ops.fractional_max_pool3d_backward(out5, x5, [2, 2, 2], [3, 3, 2], idx5)
 
 
@@ -458,9 +462,9 @@ GPU_MODULES = MODULES
 def test_gpu_module_backward_under_flag_equals_cpu_twin(module, shape):
     torch.manual_seed(2)
     x = torch.randn(shape, device="cuda", requires_grad=True)
-    m = module.to("cuda")
+    m = copy.deepcopy(module).to("cuda")  # MODULES is shared with the CPU tests: never move it in place
     if getattr(m, "_random_samples", None) is not None:
-        m._random_samples = m._random_samples.cuda()
+        assert m._random_samples.is_cuda  # a buffer: moved with the copy
     out = m(x)
     grad = torch.randn_like(out)
     (stock,) = torch.autograd.grad(out, x, grad, retain_graph=True)  # stock, flag off
@@ -482,8 +486,10 @@ def test_gpu_module_backward_under_flag_equals_cpu_twin(module, shape):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_gpu_cuda_equals_cpu_twin_bitwise(name, shape, forward, dtype):
     x, out, grad, _ = run_stock(shape, forward, dtype)
-    cpu = twin_backward(out, grad)
-    cuda = twin_backward(out, grad, device="cuda")
+    # dtype=: where stock's CPU forward lacks `dtype`, run_stock ran it in float32 (see there)
+    cpu = twin_backward(out, grad, dtype=dtype)
+    cuda = twin_backward(out, grad, device="cuda", dtype=dtype)
+    assert cpu.dtype == dtype and cuda.is_cuda
     assert_bitwise_equal(cuda.cpu(), cpu, name)
 
 
