@@ -408,3 +408,16 @@ def test_cuda_recommender_training_is_bitwise_reproducible():
     a, b = run(), run()
     for x, y in zip(a, b):
         assert_bitwise_equal(x, y, "weights after 20 steps")
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_scale_grad_by_freq_makes_no_host_round_trip(mode):
+    # The occurrences of each index are counted by the engine (exact integers), not by aten::bincount,
+    # whose CUDA kernel reads the input's min and max on the host (two synchronisations per call).
+    args = saved_args(mode)
+    args[6] = True  # scale_grad_by_freq
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        twin(*args)
+    names = {e.name for e in prof.events()}
+    assert "detops::_embedding_bag_dense_backward" in names
+    assert not names & {"aten::bincount", "aten::item", "aten::_local_scalar_dense", "aten::aminmax"}, names
