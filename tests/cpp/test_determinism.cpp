@@ -1,5 +1,6 @@
 // detops::enable_determinism: every flag, seed and variable it promises, checked afterwards.
 #include "detops/detops.h"
+#include "tests/cpp/global_state.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -10,18 +11,7 @@
 
 namespace {
 
-struct RestoreGlobalState {
-  at::Context& context = at::globalContext();
-  const bool flag = context.deterministicAlgorithms();
-  const bool warn_only = context.deterministicAlgorithmsWarnOnly();
-  const bool cudnn_deterministic = context.deterministicCuDNN();
-  const bool cudnn_benchmark = context.benchmarkCuDNN();
-  ~RestoreGlobalState() {
-    context.setDeterministicAlgorithms(flag, warn_only);
-    context.setDeterministicCuDNN(cudnn_deterministic);
-    context.setBenchmarkCuDNN(cudnn_benchmark);
-  }
-};
+using detops::testing::RestoreGlobalState;
 
 TEST(EnableDeterminism, SetsEveryFlagAndVariable) {
   RestoreGlobalState restore;

@@ -6,6 +6,7 @@
 // kernels throw there or, for index_add and scatter_add, take a fallback that accumulates one contribution at
 // a time, which does not give the order contract's bits where an element has more than 32 contributions.
 #include "detops/detops.h"
+#include "tests/cpp/global_state.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -42,19 +43,7 @@ struct StrictGuard {
   ~StrictGuard() { detops::set_strict(previous); }
 };
 
-// Every global setting detops::enable_determinism changes, restored afterwards.
-struct RestoreGlobalState {
-  at::Context& context = at::globalContext();
-  const bool flag = context.deterministicAlgorithms();
-  const bool warn_only = context.deterministicAlgorithmsWarnOnly();
-  const bool cudnn_deterministic = context.deterministicCuDNN();
-  const bool cudnn_benchmark = context.benchmarkCuDNN();
-  ~RestoreGlobalState() {
-    context.setDeterministicAlgorithms(flag, warn_only);
-    context.setDeterministicCuDNN(cudnn_deterministic);
-    context.setBenchmarkCuDNN(cudnn_benchmark);
-  }
-};
+using detops::testing::RestoreGlobalState;
 
 // Calls the twin torch.ops.detops.<name>.<overload> ("" for the default overload) through the dispatcher,
 // boxed: `args` holds every argument of the schema in order, defaults included. The tensors' device picks
