@@ -142,6 +142,10 @@ def covered_ops() -> List[str]:
 
 load_library()
 
+from ._fake import register_all as _register_fakes  # noqa: E402
+
+_register_fakes(covered_ops())
+
 from .repro import dataloader_kwargs, enable_determinism, seed_worker  # noqa: E402
 
 __all__ += ["dataloader_kwargs", "enable_determinism", "seed_worker"]

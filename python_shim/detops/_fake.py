@@ -1,0 +1,116 @@
+"""Fake (meta) kernels of the ``torch.ops.detops`` twins, for fake tensors, ``torch.compile`` and
+``torch.library.opcheck``.
+
+One function per aten operator gives the result of its functional overload (shape, dtype, strides, as the
+real front end returns it); the in-place and ``.out``/``.grad_input`` overloads are derived from the schema:
+an in-place overload returns ``self``, an out overload resizes its out argument to the functional result.
+Every overload in :func:`detops.covered_ops` gets one (``tests/python/test_compile.py`` checks it).
+
+The in-place and out twins keep aten's schemas, whose results alias an argument (``-> Tensor(a!)``); torch
+2.11 does not functionalize custom operators with aliased results, so ``torch.compile`` traces the
+functional twins (and the aten ops themselves) but not those.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import torch
+from torch._prims_common import suggest_memory_format
+
+__all__ = ["FUNCTIONAL_RESULTS", "register_all"]
+
+
+def _contiguous_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+def _like_self(self, *args, **kwargs) -> torch.Tensor:
+    return _contiguous_like(self)
+
+
+def _pool_like_self(grad_output, self, *args, **kwargs) -> torch.Tensor:
+    return _contiguous_like(self)
+
+
+def _pool_like_self_in_its_format(grad_output, self, *args, **kwargs) -> torch.Tensor:
+    # Stock's channels-last-capable kernels return self's suggested memory format (ops/pooling.cpp in_format).
+    return torch.empty_like(self, memory_format=suggest_memory_format(self))
+
+
+def _bincount(self, weights=None, minlength=0) -> torch.Tensor:
+    # The length is max(self) + 1 or minlength: data-dependent.
+    length = torch.library.get_ctx().new_dynamic_size()
+    if weights is None:
+        dtype = torch.int64
+    else:
+        dtype = torch.float32 if weights.dtype == torch.float32 else torch.float64
+    return self.new_empty((length,), dtype=dtype)
+
+
+def _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+                                  scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1) -> torch.Tensor:
+    return grad.new_empty((num_weights, grad.size(1)))
+
+
+def _ctc_loss_backward(grad, log_probs, *args, **kwargs) -> torch.Tensor:
+    return _contiguous_like(log_probs)
+
+
+# The functional result of each aten operator detops covers, by name (no overload).
+FUNCTIONAL_RESULTS: Dict[str, Callable[..., torch.Tensor]] = {
+    "index_add": _like_self,
+    "index_add_": _like_self,
+    "scatter_add": _like_self,
+    "scatter_add_": _like_self,
+    "bincount": _bincount,
+    "_embedding_bag_dense_backward": _embedding_bag_dense_backward,
+    "_adaptive_avg_pool2d_backward": _pool_like_self_in_its_format,
+    "_adaptive_avg_pool3d_backward": _pool_like_self,
+    "adaptive_avg_pool3d_backward": _pool_like_self,
+    "avg_pool3d_backward": _pool_like_self,
+    "adaptive_max_pool2d_backward": _pool_like_self_in_its_format,
+    "adaptive_max_pool3d_backward": _pool_like_self,
+    "fractional_max_pool2d_backward": _pool_like_self,
+    "fractional_max_pool3d_backward": _pool_like_self,
+    "max_pool3d_with_indices_backward": _pool_like_self_in_its_format,
+    "_ctc_loss_backward": _ctc_loss_backward,
+}
+
+
+def _fake_for(overload: torch._ops.OpOverload, result: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    schema = overload._schema
+    written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    out_args = [a.name for a in schema.arguments if a.kwarg_only and a.name in written]
+    if out_args:
+        out_name = out_args[0]
+
+        def fake_out(*args, **kwargs):
+            out = kwargs.pop(out_name)
+            expected = result(*args, **kwargs)
+            if out.shape != expected.shape:
+                out.resize_(expected.shape)
+            return out
+
+        return fake_out
+    if written:
+
+        def fake_inplace(self, *args, **kwargs):
+            return self
+
+        return fake_inplace
+    return result
+
+
+def register_all(covered) -> list:
+    """Registers the fake kernel of every twin in ``covered`` (``aten::name[.overload]`` spellings) that
+    has one; returns those without."""
+    missing = []
+    for op in covered:
+        name, _, overload = op.split("::", 1)[1].partition(".")
+        if name not in FUNCTIONAL_RESULTS:
+            missing.append(op)
+            continue
+        twin = getattr(getattr(torch.ops.detops, name), overload or "default")
+        torch.library.register_fake(twin, _fake_for(twin, FUNCTIONAL_RESULTS[name]), allow_override=True)
+    return missing
