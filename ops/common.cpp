@@ -5,7 +5,6 @@
 #include <ATen/Dispatch.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_to_copy.h>
-#include <ATen/ops/empty_strided.h>
 
 namespace detops {
 

@@ -13,8 +13,8 @@
 #include <torch/library.h>
 
 #include <atomic>
-#include <memory>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
