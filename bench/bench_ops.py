@@ -137,7 +137,9 @@ def _error_entry(device: str, case: C.Case, variant: str, message: str) -> dict:
             "error_message": message, "label": case.what}
 
 
-def run(device: str, selected, warmup: int, reps: int, budget_s: float, max_sets: int, log) -> dict:
+def run(device: str, selected, warmup: int, reps: int, budget_s: float, max_sets: int, log, checkpoint=None) -> dict:
+    """Runs the cases; ``checkpoint(doc)``, if given, is called after each case with the results so far
+    (the context says ``detops_partial``: "<done>/<total> cases") so that a run cut short keeps them."""
     dev = torch.device(device)
     context = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -154,7 +156,7 @@ def run(device: str, selected, warmup: int, reps: int, budget_s: float, max_sets
             context["detops_l2_bytes"] = l2
             context["detops_copy_bandwidth_GBps"] = copy_bandwidth_GBps()
             log(f"copy bandwidth {context['detops_copy_bandwidth_GBps']:.0f} GB/s, L2 {l2 >> 20} MiB")
-        for case in selected:
+        for done, case in enumerate(selected, 1):
             if device == "cuda":
                 sets = _input_sets(case, dev, True, l2, max_sets)
                 variants = CUDA_VARIANTS
@@ -184,6 +186,9 @@ def run(device: str, selected, warmup: int, reps: int, budget_s: float, max_sets
             del sets
             if device == "cuda":
                 torch.cuda.empty_cache()
+            if checkpoint is not None:
+                checkpoint({"context": dict(context, detops_partial=f"{done}/{len(selected)} cases"),
+                            "benchmarks": list(benchmarks)})
     finally:
         torch.use_deterministic_algorithms(flag)
         detops.set_mode(mode)
@@ -216,13 +221,21 @@ def main(argv=None) -> int:
     skipped = sorted({c.op for c in C.all_cases()} - covered)
     if skipped:
         print(f"bench_ops: skipping ops detops does not cover: {', '.join(skipped)}", file=sys.stderr)
+
+    def write(doc: dict) -> None:
+        pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        tmp = pathlib.Path(args.out + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+        tmp.replace(args.out)
+
+    # With --out, the file is rewritten after each case (marked partial until the end): a run stopped by
+    # a time limit keeps what it measured.
     doc = run(args.device, selected, args.warmup, args.reps, args.budget, args.max_input_sets,
-              lambda line: print(line, file=sys.stderr, flush=True))
+              lambda line: print(line, file=sys.stderr, flush=True), write if args.out else None)
     doc["summary"] = summarize(doc)
     if args.out:
-        pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+        write(doc)
         print(f"bench_ops: wrote {args.out}", file=sys.stderr)
     table = format_markdown(doc)
     if args.markdown:

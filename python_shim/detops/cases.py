@@ -18,7 +18,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-__all__ = ["Call", "Case", "cases", "all_cases", "aten_op", "twin_op", "stock_under_flag"]
+__all__ = ["Call", "Case", "cases", "all_cases", "aten_op", "twin_op", "stock_under_flag", "fresh_args",
+           "output_tensors"]
 
 
 @dataclasses.dataclass
@@ -76,6 +77,30 @@ def twin_op(op: str):
         return _resolve(torch.ops.detops, op)
     except (AttributeError, RuntimeError):
         return None
+
+
+def fresh_args(call: Call, device=None, float_dtype: Optional[torch.dtype] = None) -> Tuple[tuple, dict]:
+    """A fresh copy of the call's arguments (in-place and ``.out`` overloads write into them), optionally
+    moved to ``device`` and with every floating-point tensor converted to ``float_dtype``. Build a call on
+    the CPU from a seeded generator and copy it to each device: every device then sees the same bits."""
+    def copy(v):
+        if isinstance(v, torch.Tensor):
+            dtype = float_dtype if float_dtype is not None and v.is_floating_point() else v.dtype
+            return v.to(device=v.device if device is None else device, dtype=dtype, copy=True)
+        if isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+            return type(v)(copy(x) for x in v)
+        return v
+
+    return tuple(copy(a) for a in call.args), {k: copy(v) for k, v in call.kwargs.items()}
+
+
+def output_tensors(result) -> List[torch.Tensor]:
+    """An op's result as a flat list of tensors (a tensor, or a tuple/list of them)."""
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (list, tuple)):
+        return [t for r in result for t in output_tensors(r)]
+    return []
 
 
 def stock_under_flag(op: str) -> str:

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Runs every covered op once per dtype through its detops twin, small inputs: the workload that
+scripts/gpu_run.sh runs under compute-sanitizer (memcheck, racecheck, initcheck, synccheck).
+
+Every covered overload (``detops.covered_ops()``) with every case registered for it in ``detops.cases``
+(``full=False``: the small shapes), built on the CPU from a fixed seed and copied to the device, is run
+once through ``torch.ops.detops.<name>.<overload>`` for each dtype (floating-point tensors converted).
+On CUDA the result is also compared bit for bit with the CPU twin on the same inputs (the order contract).
+Inputs are built on the CPU, so the CUDA kernels that run are (nearly) only the detops ones.
+
+One line per run, flushed (``ok`` / ``skip`` / ``FAIL`` / ``MISMATCH``), then a count line:
+
+    sanitize_cases: 192 runs: 184 ok, 0 failed, 0 mismatched, 8 skipped
+
+Exit status 1 when a run failed or mismatched, 2 when the device is not available, else 0.
+
+    python scripts/sanitize_cases.py --device cuda            # what the runner sanitizes
+    python scripts/sanitize_cases.py --device cpu --dtypes float32   # dry run: every case builds and runs
+    python scripts/sanitize_cases.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import traceback
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+try:
+    import detops
+except ImportError:
+    sys.path.insert(0, str(ROOT / "python_shim"))
+    import detops
+
+import torch
+
+from detops import cases as C
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+          "bfloat16": torch.bfloat16}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous().cpu()
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _same_bits(a, b) -> bool:
+    a, b = C.output_tensors(a), C.output_tensors(b)
+    return len(a) == len(b) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(_bits(x), _bits(y)) for x, y in zip(a, b))
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+def run(device: str, dtypes, ops=None, shapes=None, seed: int = 0, compare: bool = True, log=print) -> dict:
+    counts = {"runs": 0, "ok": 0, "failed": 0, "mismatched": 0, "skipped": 0}
+    selected = C.cases(detops.covered_ops(), ops=ops, shapes=shapes)
+    covered_without_case = sorted(set(detops.covered_ops()) - {c.op for c in C.cases()})
+    for op in covered_without_case:
+        log(f"skip {op}: no case registered in detops.cases")
+        counts["skipped"] += 1
+    for case in selected:
+        twin = C.twin_op(case.op)
+        call = case.build(torch.device("cpu"), torch.Generator().manual_seed(seed), False)
+        for name in dtypes:
+            dtype = DTYPES[name]
+            what = f"{case.op} [{case.shape}] {name}"
+            counts["runs"] += 1
+            if twin is None:
+                counts["failed"] += 1
+                log(f"FAIL {what}: no detops twin torch.ops.detops.{case.name}.{case.overload}")
+                continue
+            try:
+                args, kwargs = C.fresh_args(call, device, dtype)
+                result = twin(*args, **kwargs)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 - reported, then the next case runs
+                # A dtype the twin rejects on the CPU too is unsupported, not a failure.
+                try:
+                    args, kwargs = C.fresh_args(call, "cpu", dtype)
+                    twin(*args, **kwargs)
+                except Exception as cpu_error:  # noqa: BLE001
+                    counts["skipped"] += 1
+                    log(f"skip {what}: unsupported dtype ({_first_line(cpu_error)})")
+                    continue
+                counts["failed"] += 1
+                log(f"FAIL {what}: {_first_line(e)}")
+                if device == "cuda" and "CUDA" in str(e) and "error" in str(e).lower():
+                    traceback.print_exc(file=sys.stdout)
+                continue
+            if device == "cuda" and compare:
+                try:
+                    args, kwargs = C.fresh_args(call, "cpu", dtype)
+                    reference = twin(*args, **kwargs)
+                except Exception as e:  # noqa: BLE001
+                    counts["ok"] += 1
+                    log(f"ok   {what} (CPU twin raised, not compared: {_first_line(e)})")
+                    continue
+                if not _same_bits(result, reference):
+                    counts["mismatched"] += 1
+                    log(f"MISMATCH {what}: CUDA twin != CPU twin")
+                    continue
+            counts["ok"] += 1
+            log(f"ok   {what}")
+    return counts
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=list(DTYPES))
+    parser.add_argument("--ops", nargs="*", default=None, help="aten overloads, e.g. index_add_ scatter_add.out")
+    parser.add_argument("--shapes", nargs="*", default=None, help="case shape names")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-compare", action="store_true", help="on CUDA, skip the bitwise CPU comparison")
+    parser.add_argument("--list", action="store_true", help="list the runs and exit")
+    args = parser.parse_args(argv)
+
+    if args.list:
+        for case in C.cases(detops.covered_ops(), ops=args.ops, shapes=args.shapes):
+            print(f"{case.op:50s} {case.shape:18s} {' '.join(args.dtypes)}")
+        return 0
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("sanitize_cases: no CUDA device (use --device cpu for a dry run)", file=sys.stderr)
+        return 2
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    counts = run(args.device, args.dtypes, args.ops, args.shapes, args.seed, not args.no_compare, log)
+    log(f"sanitize_cases: {counts['runs']} runs on {args.device}: {counts['ok']} ok, {counts['failed']} failed, "
+        f"{counts['mismatched']} mismatched, {counts['skipped']} skipped")
+    return 1 if counts["failed"] or counts["mismatched"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
