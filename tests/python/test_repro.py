@@ -138,6 +138,47 @@ def test_rejects_bad_seeds(seed):
         detops.enable_determinism(seed)
 
 
+def test_pins_and_records_the_thread_count():
+    torch.set_num_threads(2)
+    record = detops.enable_determinism(0, num_threads=1)
+    assert torch.get_num_threads() == 1
+    assert record.num_threads == 1
+    assert record.changed["intra-op threads"] == (2, 1)
+    assert "set intra-op threads: 2 -> 1" in str(record)
+    state = repro.last_enable_determinism()
+    assert state["num_threads"] == 1 and state["num_threads_pinned"] is True
+
+    record = detops.enable_determinism(0, num_threads=1)  # already 1: kept
+    assert record.unchanged["intra-op threads"] == 1 and "intra-op threads" not in record.changed
+
+
+def test_records_the_thread_count_without_pinning_it():
+    torch.set_num_threads(2)
+    record = detops.enable_determinism(0)
+    assert torch.get_num_threads() == 2
+    assert record.num_threads == 2 and record.unchanged["intra-op threads"] == 2
+    state = repro.last_enable_determinism()
+    assert state["num_threads"] == 2 and state["num_threads_pinned"] is False
+
+
+@pytest.mark.parametrize("num_threads", [0, -1, 1.5, "2", True])
+def test_rejects_bad_thread_counts_before_changing_anything(num_threads):
+    torch.set_num_threads(2)
+    torch.use_deterministic_algorithms(False)
+    with pytest.raises(ValueError, match="num_threads must be a positive int"):
+        detops.enable_determinism(0, num_threads=num_threads)
+    assert torch.get_num_threads() == 2
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_machine_summary_names_cpu_threads_and_capability():
+    torch.set_num_threads(1)
+    summary = detops.machine_summary()
+    assert repro.cpu_model() in summary
+    assert "1 intra-op thread," in summary
+    assert summary.endswith(f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
+
+
 def test_dataloader_kwargs():
     kwargs = detops.dataloader_kwargs(77)
     assert set(kwargs) == {"worker_init_fn", "generator"}
