@@ -213,9 +213,9 @@ def _nccl_check() -> Check:
     if not settings:
         return Check("NCCL variables", NOTE, value,
                      "none of those that change NCCL's summation order set (NCCL_ALGO, NCCL_PROTO, channels, "
-                     "buffer sizes, topology): NCCL picks them per message size from the topology, GPU count and "
-                     "its version, the same each run on the same machines; pin NCCL_ALGO and NCCL_PROTO to "
-                     "compare runs across machines")
+                     "buffer sizes, topology): NCCL picks algorithm, protocol and channels per message size from "
+                     "the topology, GPU count and its version: the same choices each run on the same machines, "
+                     "maybe others elsewhere")
     listed = ", ".join(f"{name}={v} ({NCCL_ORDER_VARIABLES[name]}{'' if where == 'environment' else '; ' + where})"
                        for name, (v, where) in settings.items())
     algo = settings.get("NCCL_ALGO", ("", ""))[0].upper()
