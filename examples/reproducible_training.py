@@ -1,7 +1,12 @@
 """Reproducible training in three lines: detops.enable_determinism, a seeded DataLoader with workers, and an
 audit of the model's aten ops before the long GPU run. Runs on CPU too:
     python examples/reproducible_training.py
+Two runs on one machine print the same weights, bit for bit. On CPU the weights come from stock kernels
+(convolution, matmul) whose bits also depend on the intra-op thread count and the CPU's instruction set, so
+the example prints the machine next to its checksum (docs/reproducibility.md, "Threads and machines").
 """
+
+import hashlib
 
 import torch
 import torch.nn as nn
@@ -42,7 +47,11 @@ def main():
         loss = nn.functional.mse_loss(model(image.to(device), tokens.to(device)), target.to(device))
         loss.backward()
         optimizer.step()
+    weights = b"".join(p.detach().cpu().contiguous().numpy().tobytes() for p in model.parameters())
+    gpu = f", GPU {torch.cuda.get_device_name()}" if device == "cuda" else ""
+    print(f"machine: {detops.machine_summary()}{gpu}")
     print(f"final loss {loss.item():.6f}, weight checksum {sum(p.double().sum().item() for p in model.parameters()):.12f}")
+    print(f"weights sha256 {hashlib.sha256(weights).hexdigest()}")
 
 
 if __name__ == "__main__":

@@ -146,9 +146,9 @@ from ._fake import register_all as _register_fakes  # noqa: E402
 
 _register_fakes(covered_ops())
 
-from .repro import dataloader_kwargs, enable_determinism, seed_worker  # noqa: E402
+from .repro import dataloader_kwargs, enable_determinism, machine_summary, seed_worker  # noqa: E402
 
-__all__ += ["dataloader_kwargs", "enable_determinism", "seed_worker"]
+__all__ += ["dataloader_kwargs", "enable_determinism", "machine_summary", "seed_worker"]
 
 from .doctor import doctor  # noqa: E402
 
