@@ -70,12 +70,27 @@ def _check_environment() -> None:
         raise ValueError(f"DETOPS_STRICT={env_strict!r}: expected '0' or '1'")
 
 
+def _check_torch_version(built_for: str, running: str) -> None:
+    """libdetops.so uses torch's C++ ABI: it loads only into the torch it was built against."""
+    if built_for != running:
+        raise ImportError(
+            f"detops was built against torch {built_for}, but this environment has torch {running}; "
+            "reinstall detops in this environment (pip install --force-reinstall --no-deps <detops source>)")
+
+
 def load_library(path: Optional[str] = None) -> str:
     """Loads ``libdetops.so`` once (later calls return the path already loaded)."""
     global _loaded_path
     if _loaded_path is None:
         _check_environment()
         resolved = path or library_path()
+        if pathlib.Path(resolved).resolve().parent == pathlib.Path(__file__).resolve().parent:
+            try:  # an installed wheel: libdetops.so beside the package, with the torch it was built for
+                from . import _build_info
+            except ImportError:
+                _build_info = None
+            if _build_info is not None:
+                _check_torch_version(_build_info.TORCH_VERSION, torch.__version__)
         torch.ops.load_library(resolved)
         _loaded_path = resolved
     return _loaded_path
