@@ -413,3 +413,29 @@ register("aten::_embedding_bag_dense_backward", "recsys_sum", "1M x 64 table, 4,
     _embedding_bag(0))
 register("aten::_embedding_bag_dense_backward", "recsys_max", "1M x 64 table, 4,096 bags x 32, mode=max")(
     _embedding_bag(2))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Wave 2: histc, put_, index_copy. NB: the small (CPU) shapes of the last-writer ops stay under 32,768
+# elements, where stock's CPU kernels run serially and so also keep the last writer: the report compares.
+
+def _histc_builder(kind: str, n_full: int, n_small: int, bins: int) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        n = n_full if full else n_small
+        values = _randn((n,), g, device)
+        kwargs = {"bins": bins, "min": -3.0, "max": 3.0}
+        if kind == "out":
+            kwargs["out"] = torch.empty(bins, dtype=torch.float32, device=device)
+        return Call((values,), kwargs, min_bytes=n * ES + bins * ES)
+
+    return build
+
+
+for _suffix, _kind in (("", "functional"), (".out", "out")):
+    register(f"aten::histc{_suffix}", "low_contention", "4M values into 1M bins")(
+        _histc_builder(_kind, 1 << 22, 1 << 14, 1 << 20))
+    register(f"aten::histc{_suffix}", "high_contention", "4M values into 1,000 bins")(
+        _histc_builder(_kind, 1 << 22, 1 << 14, 1000))
+    register(f"aten::histc{_suffix}", "hot_destination", "4M values into one bin")(
+        _histc_builder(_kind, 1 << 22, 1 << 14, 1))
+
