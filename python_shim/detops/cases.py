@@ -439,3 +439,24 @@ for _suffix, _kind in (("", "functional"), (".out", "out")):
     register(f"aten::histc{_suffix}", "hot_destination", "4M values into one bin")(
         _histc_builder(_kind, 1 << 22, 1 << 14, 1))
 
+
+def _put_builder(n_full: int, n_small: int, dests_full: int, dests_small: int, accumulate: bool) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        n, dests = (n_full, dests_full) if full else (n_small, dests_small)
+        self_ = _randn((dests,), g, device)
+        index = _randint(dests, (n,), g, device)
+        source = _randn((n,), g, device)
+        touched = _touched(index)
+        return Call((self_, index, source, accumulate), {}, min_bytes=n * ES + n * 8 + 2 * touched * ES)
+
+    return build
+
+
+register("aten::put_", "low_contention", "accumulate=True, 4M values into 4M destinations")(
+    _put_builder(1 << 22, 1 << 14, 1 << 22, 1 << 14, True))
+register("aten::put_", "high_contention", "accumulate=True, 4M values into 1,000 destinations")(
+    _put_builder(1 << 22, 1 << 14, 1000, 100, True))
+register("aten::put_", "hot_destination", "accumulate=True, 1M values into one destination")(
+    _put_builder(1 << 20, 1 << 14, 1, 1, True))
+register("aten::put_", "last_writer", "accumulate=False, 4M values into 1,000 destinations")(
+    _put_builder(1 << 22, 1 << 14, 1000, 100, False))
