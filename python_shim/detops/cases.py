@@ -460,3 +460,26 @@ register("aten::put_", "hot_destination", "accumulate=True, 1M values into one d
     _put_builder(1 << 20, 1 << 14, 1, 1, True))
 register("aten::put_", "last_writer", "accumulate=False, 4M values into 1,000 destinations")(
     _put_builder(1 << 22, 1 << 14, 1000, 100, False))
+
+# index_copy: the index_add shapes on a GPU (M, N, D); small ones under 32,768 source elements.
+_INDEX_COPY_SMALL = {"low_contention": (1 << 11, 1 << 11, 8), "high_contention": (100, 1 << 12, 4),
+                     "hot_destination": (1, 1 << 14, 1), "wide_rows": (1 << 12, 64, 256)}
+
+
+def _index_copy_builder(kind: str, dims_full, dims_small) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        m, n, d = dims_full if full else dims_small
+        self_ = _randn((m, d), g, device)
+        index = _randint(m, (n,), g, device)
+        source = _randn((n, d), g, device)
+        args, kwargs = _finish(kind, (self_, 0, index, source), {}, self_)
+        touched = _touched(index) if kind == "inplace" else m
+        return Call(args, kwargs, min_bytes=n * 8 + touched * d * ES + (touched if kind == "inplace" else m) * d * ES)
+
+    return build
+
+
+for _suffix, _kind in _KINDS.items():
+    for _shape, (_full, _small, _what) in _INDEX_ADD_SHAPES.items():
+        register(f"aten::index_copy{_suffix}", _shape, _what.replace("added", "copied"))(
+            _index_copy_builder(_kind, _full, _INDEX_COPY_SMALL[_shape]))
