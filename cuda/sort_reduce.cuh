@@ -100,7 +100,8 @@ void reduce_plan(const Op& op, const SegmentPlan& plan, int64_t num_keys, int64_
 }
 
 // The engine's entry for one call of op `name`. Op provides key(i) (-1 if invalid), contribution(i, c) and
-// finalize(key, c, acc) as __host__ __device__ members over device pointers. Current stream, no sync.
+// finalize(key, c, acc) as __host__ __device__ members over device pointers, and optionally a Combine type
+// (default AddRn, combine_of_t in ops/contract.h). Current stream, no sync.
 // Positions are 32-bit: a call of 2^31 or more contributions is rejected (kMaxContributions).
 template <typename acc_t, typename Op>
 void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,

@@ -60,7 +60,8 @@ C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const in
   int count = 1;
   while (count < kBlock && int64_t{p} + count < n && keys[p + count] == key) ++count;
   const bool is_long = int64_t{s0} + kBlock < n && keys[s0 + kBlock] == key;
-  const acc_t s = fold_block<acc_t>([&](int i) { return op.contribution(perm[p + i], c); }, count);
+  const acc_t s = fold_block<acc_t>([&](int i) { return op.contribution(perm[p + i], c); }, count,
+                                    combine_of_t<Op>());
   if (is_long) {
     scratch[int64_t{slot[p]} * D + c] = s;
   } else {
@@ -82,7 +83,8 @@ C10_HOST_DEVICE inline void level_step(const Op& op, const KeyT* keys, const int
   if (!in_segment(f + stride)) return;  // a single item left: finished at an earlier level
   int count = 1;
   while (count < kBlock && in_segment(q + count * stride)) ++count;
-  const acc_t s = fold_block<acc_t>([&](int i) { return scratch[(q + i * stride) * D + c]; }, count);
+  const acc_t s = fold_block<acc_t>([&](int i) { return scratch[(q + i * stride) * D + c]; }, count,
+                                    combine_of_t<Op>());
   if (q == f && !in_segment(f + stride * kBlock)) {
     // Slots exist only for valid keys (long_leader), so this key is in [0, num_keys).
     op.finalize(static_cast<int64_t>(keys[slot_pos[q]]), c, s);

@@ -9,6 +9,33 @@
 
 namespace detops {
 
+// An element of 16 bytes (complex double) as plain bits.
+struct alignas(16) Bits128 {
+  uint64_t lo;
+  uint64_t hi;
+};
+
+// Calls f(bits_t{}) with the unsigned integer (or Bits128) of the tensor's element size: for ops that only
+// move elements, one instantiation per size serves every dtype, and a copy keeps the bits (NaN payloads
+// too) on the CPU and the GPU alike.
+template <typename F>
+void dispatch_element_bits(const char* op, const at::Tensor& t, F&& f) {
+  switch (t.element_size()) {
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
+    case 16:
+      return f(Bits128{});
+    default:
+      TORCH_CHECK(false, op, "(): unsupported dtype ", t.scalar_type());
+  }
+}
+
 // Dtypes the engines compute; other dtypes (integers: exact in stock already; bool, complex) go to the
 // stock kernel of the tensor's device.
 bool engine_dtype(at::ScalarType t);

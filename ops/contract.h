@@ -132,6 +132,28 @@ struct AddRn {
   }
 };
 
+// The right operand: folded by the contract's tree over a segment in source order, it gives the segment's
+// last contribution (last writer wins: put_ with accumulate=False, index_copy_). The tree's shape does not
+// change the result, which is exact.
+struct Last {
+  template <typename T>
+  C10_HOST_DEVICE T operator()(T, T b) const {
+    return b;
+  }
+};
+
+// The combine a sort-reduce op folds with: Op::Combine where the op names one, else AddRn.
+template <typename Op, typename = void>
+struct combine_of {
+  using type = AddRn;
+};
+template <typename Op>
+struct combine_of<Op, std::void_t<typename Op::Combine>> {
+  using type = typename Op::Combine;
+};
+template <typename Op>
+using combine_of_t = typename combine_of<Op>::type;
+
 // Step 2 of the contract: fold `count` (1..kBlock) values left to right.
 template <typename acc_t, typename Get, typename Combine = AddRn>
 C10_HOST_DEVICE inline acc_t fold_block(const Get& get, int count, const Combine& combine = Combine()) {

@@ -23,7 +23,8 @@ std::vector<int64_t> stable_sort_by_key(const std::vector<int64_t>& keys, int64_
 std::vector<int64_t> segment_starts(const std::vector<int64_t>& keys, const std::vector<int64_t>& perm);
 
 // Op provides: key(i) -> destination in [0, num_keys) (already validated by the front end),
-// contribution(i, c) -> acc_t, finalize(key, c, acc_t). i is the source position, c a column of D.
+// contribution(i, c) -> acc_t, finalize(key, c, acc_t), and optionally a Combine type (default AddRn,
+// combine_of_t in ops/contract.h). i is the source position, c a column of D.
 template <typename acc_t, typename Op>
 void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   if (n == 0 || D == 0) return;
@@ -42,7 +43,8 @@ void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
       buf.resize(static_cast<size_t>((count + kBlock - 1) / kBlock));
       for (int64_t c = 0; c < D; ++c) {
         const acc_t total = tree_reduce<acc_t>(
-            count, [&](int64_t j) { return op.contribution(perm[first + j], c); }, buf.data());
+            count, [&](int64_t j) { return op.contribution(perm[first + j], c); }, buf.data(),
+            combine_of_t<Op>());
         op.finalize(key, c, total);
       }
     }

@@ -438,3 +438,73 @@ register("aten::_embedding_bag_dense_backward", "recsys_sum", "1M x 64 table, 4,
     _embedding_bag(0))
 register("aten::_embedding_bag_dense_backward", "recsys_max", "1M x 64 table, 4,096 bags x 32, mode=max")(
     _embedding_bag(2))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Wave 2: histc, put_, index_copy. NB: the small (CPU) shapes of the last-writer ops stay under 32,768
+# elements, where stock's CPU kernels run serially and so also keep the last writer: the report compares.
+
+def _histc_builder(kind: str, n_full: int, n_small: int, bins: int) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        n = n_full if full else n_small
+        values = _randn((n,), g, device)
+        kwargs = {"bins": bins, "min": -3.0, "max": 3.0}
+        if kind == "out":
+            kwargs["out"] = torch.empty(bins, dtype=torch.float32, device=device)
+        return Call((values,), kwargs, min_bytes=n * ES + bins * ES)
+
+    return build
+
+
+for _suffix, _kind in (("", "functional"), (".out", "out")):
+    register(f"aten::histc{_suffix}", "low_contention", "4M values into 1M bins")(
+        _histc_builder(_kind, 1 << 22, 1 << 14, 1 << 20))
+    register(f"aten::histc{_suffix}", "high_contention", "4M values into 1,000 bins")(
+        _histc_builder(_kind, 1 << 22, 1 << 14, 1000))
+    register(f"aten::histc{_suffix}", "hot_destination", "4M values into one bin")(
+        _histc_builder(_kind, 1 << 22, 1 << 14, 1))
+
+
+def _put_builder(n_full: int, n_small: int, dests_full: int, dests_small: int, accumulate: bool) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        n, dests = (n_full, dests_full) if full else (n_small, dests_small)
+        self_ = _randn((dests,), g, device)
+        index = _randint(dests, (n,), g, device)
+        source = _randn((n,), g, device)
+        touched = _touched(index)
+        return Call((self_, index, source, accumulate), {}, min_bytes=n * ES + n * 8 + 2 * touched * ES)
+
+    return build
+
+
+register("aten::put_", "low_contention", "accumulate=True, 4M values into 4M destinations")(
+    _put_builder(1 << 22, 1 << 14, 1 << 22, 1 << 14, True))
+register("aten::put_", "high_contention", "accumulate=True, 4M values into 1,000 destinations")(
+    _put_builder(1 << 22, 1 << 14, 1000, 100, True))
+register("aten::put_", "hot_destination", "accumulate=True, 1M values into one destination")(
+    _put_builder(1 << 20, 1 << 14, 1, 1, True))
+register("aten::put_", "last_writer", "accumulate=False, 4M values into 1,000 destinations")(
+    _put_builder(1 << 22, 1 << 14, 1000, 100, False))
+
+# index_copy: the index_add shapes on a GPU (M, N, D); small ones under 32,768 source elements.
+_INDEX_COPY_SMALL = {"low_contention": (1 << 11, 1 << 11, 8), "high_contention": (100, 1 << 12, 4),
+                     "hot_destination": (1, 1 << 14, 1), "wide_rows": (1 << 12, 64, 256)}
+
+
+def _index_copy_builder(kind: str, dims_full, dims_small) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        m, n, d = dims_full if full else dims_small
+        self_ = _randn((m, d), g, device)
+        index = _randint(m, (n,), g, device)
+        source = _randn((n, d), g, device)
+        args, kwargs = _finish(kind, (self_, 0, index, source), {}, self_)
+        touched = _touched(index) if kind == "inplace" else m
+        return Call(args, kwargs, min_bytes=n * 8 + touched * d * ES + (touched if kind == "inplace" else m) * d * ES)
+
+    return build
+
+
+for _suffix, _kind in _KINDS.items():
+    for _shape, (_full, _small, _what) in _INDEX_ADD_SHAPES.items():
+        register(f"aten::index_copy{_suffix}", _shape, _what.replace("added", "copied"))(
+            _index_copy_builder(_kind, _full, _INDEX_COPY_SMALL[_shape]))

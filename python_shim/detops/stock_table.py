@@ -143,7 +143,9 @@ STOCK_TABLE: Dict[str, Tuple[StockEntry, ...]] = {
     **_overloads("nll_loss2d_forward nll_loss2d_forward.output",
                  _throws("nll_loss2d_forward_out_cuda_template", 2, when="reduction != 'none'",
                          applies=_REDUCTION_NOT_NONE)),
-    **_overloads("put_ put put.out", _throws("put_", 2)),
+    **_overloads("put_", _throws("put_", 2)),
+    # put and put.out have no CUDA kernel: stock's composite kernel clones self and calls put_.
+    **_overloads("put put.out", _throws("put_", 2, note="via put_", covered_by="aten::put_")),
     **_overloads("max_unpool2d max_unpool2d.out", _throws("max_unpooling2d_forward_out", 2)),
     **_overloads("max_unpool3d max_unpool3d.out", _throws("max_unpooling3d_forward_out", 2)),
     **_overloads("reflection_pad1d_backward reflection_pad1d_backward.grad_input",

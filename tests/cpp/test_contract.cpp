@@ -3,6 +3,7 @@
 #include "ops/contract.h"
 #include "ops/index_add.h"
 #include "ops/scatter_add.h"
+#include "ops/sort_reduce_cpu.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -86,6 +87,42 @@ TEST(Contract, StreamingTreeGivesTheTreeBits) {
     for (float x : v) stream.push(x);
     EXPECT_EQ(bits_of(stream.finish()), bits_of(reference_tree(v))) << "n = " << n;
   }
+}
+
+TEST(Contract, LastCombineGivesTheLastContributionWhateverTheTreeShape) {
+  for (int64_t n : {1, 2, 31, 32, 33, 1024, 1025, 32769, 70000}) {
+    std::vector<int64_t> buf((n + 31) / 32);
+    const int64_t got = detops::tree_reduce<int64_t>(n, [](int64_t i) { return 3 * i + 1; }, buf.data(),
+                                                     detops::Last());
+    EXPECT_EQ(got, 3 * (n - 1) + 1) << "n = " << n;
+    detops::StreamingTree<int64_t, 7, detops::Last> stream;
+    for (int64_t i = 0; i < n; ++i) stream.push(3 * i + 1);
+    EXPECT_EQ(stream.finish(), 3 * (n - 1) + 1) << "n = " << n;
+  }
+}
+
+// An op that names its combine: each key gets the last source position that carries it.
+struct LastPositionOp {
+  using Combine = detops::Last;
+  const int64_t* keys;
+  int64_t* out;
+  int64_t key(int64_t i) const { return keys[i]; }
+  int64_t contribution(int64_t i, int64_t) const { return i; }
+  void finalize(int64_t k, int64_t, int64_t pos) const { out[k] = pos; }
+};
+
+TEST(Contract, CpuEngineFoldsWithTheOpsCombine) {
+  static_assert(std::is_same_v<detops::combine_of_t<LastPositionOp>, detops::Last>);
+  static_assert(std::is_same_v<detops::combine_of_t<int>, detops::AddRn>);
+  std::mt19937 rng(6);
+  const int64_t n = 50000, num_keys = 40;
+  std::vector<int64_t> keys(n), want(num_keys, -1), got(num_keys, -1);
+  for (int64_t i = 0; i < n; ++i) {
+    keys[i] = static_cast<int64_t>(rng() % (i < n / 2 ? num_keys : num_keys / 2));  // a tail of long segments
+    want[keys[i]] = i;
+  }
+  detops::cpu::sort_reduce<int64_t>(LastPositionOp{keys.data(), got.data()}, n, num_keys, 1);
+  EXPECT_EQ(got, want);
 }
 
 TEST(Contract, TreeLevels) {

@@ -39,6 +39,8 @@ def _restore_global_state():
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor's raw bits, for bitwise comparisons (NaN-safe)."""
     t = t.detach().contiguous().cpu()
+    if t.element_size() == 16:  # complex128: its two float64 halves
+        t = torch.view_as_real(t)
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 

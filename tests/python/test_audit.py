@@ -146,6 +146,24 @@ def test_deterministic_variants_of_conditional_ops(device):
     assert "aten::_adaptive_avg_pool2d_backward" not in result and result.ok
 
 
+def test_wave2b_ops_are_covered():
+    """histc and put_ throw in stock and are covered (put through put_, which its composite kernel calls);
+    index_copy takes stock's slow fallback, which detops replaces."""
+    def fn(t):
+        h = torch.histc(t, 5)
+        p = torch.put(t, torch.tensor([0, 2, 2]), t[:3].clone())
+        c = torch.zeros(5, device=t.device).index_copy(0, torch.tensor([0, 2, 0]), t[:3])
+        return h, p, c
+
+    result = detops.audit(fn, _x(20, grad=False))
+    assert result["aten::histc"].category == COVERED
+    assert result["aten::put"].category == COVERED and result["aten::put"].covered
+    assert result["aten::index_copy"].category == SLOW_FALLBACK and result["aten::index_copy"].covered
+    assert result.ops(NOT_COVERED) == [] and result.ok
+    assert classify("aten::put_", (torch.zeros(3), torch.tensor([0]), torch.ones(1), True), {})[0] == COVERED
+    assert classify("aten::histc.out", (torch.zeros(3),), {})[0] == COVERED
+
+
 def test_bincount_without_weights_is_deterministic():
     result = detops.audit(torch.bincount, torch.tensor([0, 1, 1, 3]))
     assert result["aten::bincount"].category == DETERMINISTIC
