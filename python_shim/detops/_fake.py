@@ -57,6 +57,10 @@ def _ctc_loss_backward(grad, log_probs, *args, **kwargs) -> torch.Tensor:
     return _contiguous_like(log_probs)
 
 
+def _histc(self, bins=100, min=0, max=0) -> torch.Tensor:
+    return self.new_empty((bins,))
+
+
 # The functional result of each aten operator detops covers, by name (no overload).
 FUNCTIONAL_RESULTS: Dict[str, Callable[..., torch.Tensor]] = {
     "index_add": _like_self,
@@ -75,6 +79,10 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., torch.Tensor]] = {
     "fractional_max_pool3d_backward": _pool_like_self,
     "max_pool3d_with_indices_backward": _pool_like_self_in_its_format,
     "_ctc_loss_backward": _ctc_loss_backward,
+    "histc": _histc,
+    "put_": _like_self,
+    "index_copy": _like_self,
+    "index_copy_": _like_self,
 }
 
 
