@@ -779,14 +779,19 @@ def test_gpu_stock_reflection_pad2d_under_the_flag_vs_cpu_autograd(shape, paddin
     grad = torch.randn(out.shape, generator=g, dtype=torch.float64)
     (reference,) = torch.autograd.grad(out, x, grad)
     xc, gc = x.detach().cuda(), grad.cuda()
+    label = f"stock reflection_pad2d_backward (CUDA, deterministic flag) input {list(x.shape)} padding {padding}"
     with detops.mode("off"):
         torch.use_deterministic_algorithms(True)
-        stock_det = aten.reflection_pad2d_backward(gc, xc, padding).cpu()
+        try:
+            stock_det = aten.reflection_pad2d_backward(gc, xc, padding).cpu()
+        except RuntimeError as exc:  # reported, not asserted
+            stock_det = None
+            print(f"\n{label}: raises {str(exc).splitlines()[0]}")
         torch.use_deterministic_algorithms(False)
-    wrong = (stock_det - reference).abs() > 1e-9
-    print(f"\nstock reflection_pad2d_backward (CUDA, deterministic flag) input {list(x.shape)} padding {padding}: "
-          f"{int(wrong.sum())} of {wrong.numel()} elements differ from CPU autograd (float64), "
-          f"max abs error {float((stock_det - reference).abs().max()):.3g}")
+    if stock_det is not None:
+        wrong = (stock_det - reference).abs() > 1e-9
+        print(f"\n{label}: {int(wrong.sum())} of {wrong.numel()} elements differ from CPU autograd (float64), "
+              f"max abs error {float((stock_det - reference).abs().max()):.3g}")
     with detops.mode("auto"):
         torch.use_deterministic_algorithms(True)
         ours = aten.reflection_pad2d_backward(gc, xc, padding).cpu()
