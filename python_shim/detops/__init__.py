@@ -17,6 +17,7 @@ from typing import Iterator, List, Optional
 import torch
 
 from ._version import __version__
+from .routing import padding_routed, route_padding
 
 __all__ = [
     "__version__",
@@ -28,6 +29,8 @@ __all__ = [
     "library_path",
     "load_library",
     "mode",
+    "padding_routed",
+    "route_padding",
     "set_mode",
     "set_strict",
     "strict",
@@ -97,10 +100,13 @@ def load_library(path: Optional[str] = None) -> str:
 
 
 def set_mode(name: str) -> None:
-    """``"auto"`` (default: detops when the deterministic flag is on), ``"always"`` or ``"off"``."""
+    """``"auto"`` (default: detops when the deterministic flag is on), ``"always"`` or ``"off"``. Also turns
+    the routing of ``F.pad(mode='replicate')`` to the aten op on (auto, always) or off (off); see
+    :func:`route_padding`."""
     if name not in _MODES:
         raise ValueError(f"detops.set_mode(): unknown mode {name!r}; expected one of {_MODES}")
     torch.ops.detops.set_mode(name)
+    route_padding(name != "off")
 
 
 def get_mode() -> str:
@@ -121,13 +127,14 @@ def disable() -> None:
 
 @contextlib.contextmanager
 def mode(name: str) -> Iterator[None]:
-    """Runs the block in mode ``name`` and restores the previous mode afterwards."""
-    previous = get_mode()
+    """Runs the block in mode ``name`` and restores the previous mode (and padding routing) afterwards."""
+    previous, routed = get_mode(), padding_routed()
     set_mode(name)
     try:
         yield
     finally:
         set_mode(previous)
+        route_padding(routed)
 
 
 def set_strict(enabled: bool) -> None:
@@ -156,6 +163,7 @@ def covered_ops() -> List[str]:
 
 
 load_library()
+route_padding(get_mode() != "off")  # F.pad(mode='replicate') on CUDA reaches detops' backward (detops.routing)
 
 from ._fake import register_all as _register_fakes  # noqa: E402
 

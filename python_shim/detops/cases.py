@@ -508,3 +508,45 @@ for _suffix, _kind in _KINDS.items():
     for _shape, (_full, _small, _what) in _INDEX_ADD_SHAPES.items():
         register(f"aten::index_copy{_suffix}", _shape, _what.replace("added", "copied"))(
             _index_copy_builder(_kind, _full, _INDEX_COPY_SMALL[_shape]))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Padding backwards (model shapes): grad_output [..., padded] -> grad_input [...], padding as in aten (last
+# dimension first).
+
+def _pad(kind: str, full_shape, full_padding, small_shape, small_padding) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        shape, padding = (full_shape, full_padding) if full else (small_shape, small_padding)
+        self_ = _randn(shape, g, device)
+        out_shape = list(shape)
+        for a in range(len(padding) // 2):
+            out_shape[-1 - a] += padding[2 * a] + padding[2 * a + 1]
+        return _pool_call(kind, _randn(out_shape, g, device), self_, (list(padding),))
+
+    return build
+
+
+_PAD_CASES = [
+    # (aten name, shape name, words, full shape, full padding, small shape, small padding)
+    ("reflection_pad1d_backward", "stft_center", "audio STFT centre padding: 32 x 160k samples, n_fft 512",
+     (32, 1, 160_000), (256, 256), (2, 1, 4000), (64, 64)),
+    ("reflection_pad1d_backward", "conv1d", "1-D conv padding: 64x256x1024, pad 3",
+     (64, 256, 1024), (3, 3), (2, 16, 128), (3, 3)),
+    ("reflection_pad2d_backward", "resnet_block", "CycleGAN residual block: 16x256x64x64, pad 1",
+     (16, 256, 64, 64), (1, 1, 1, 1), (2, 8, 16, 16), (1, 1, 1, 1)),
+    ("reflection_pad3d_backward", "video", "3-D conv padding: 4x64x16x56x56, pad 1",
+     (4, 64, 16, 56, 56), (1,) * 6, (1, 4, 4, 8, 8), (1,) * 6),
+    ("replication_pad1d_backward", "conv1d", "1-D conv padding: 64x256x1024, pad 2",
+     (64, 256, 1024), (2, 2), (2, 16, 128), (2, 2)),
+    ("replication_pad2d_backward", "conv_block", "2-D conv padding: 16x64x128x128, pad 1",
+     (16, 64, 128, 128), (1, 1, 1, 1), (2, 4, 16, 16), (1, 1, 1, 1)),
+    ("replication_pad2d_backward", "wide_border", "8x16x64x64, pad 32: corners collect 33x33 contributions",
+     (8, 16, 64, 64), (32,) * 4, (1, 4, 8, 8), (8,) * 4),
+    ("replication_pad3d_backward", "video", "3-D conv padding: 4x64x16x56x56, pad 1",
+     (4, 64, 16, 56, 56), (1,) * 6, (1, 4, 4, 8, 8), (1,) * 6),
+]
+
+for _suffix, _kind in (("", "functional"), (".grad_input", "out")):
+    for _name, _shape, _what, _full_shape, _full_pad, _small_shape, _small_pad in _PAD_CASES:
+        register(f"aten::{_name}{_suffix}", _shape, _what)(
+            _pad(_kind, _full_shape, _full_pad, _small_shape, _small_pad))

@@ -1,6 +1,6 @@
 """Shared fixtures: detops loaded from $DETOPS_LIBRARY (set by scripts/test.sh) or the build dir; the
-`gpu` marker skips cleanly without a CUDA device; every test leaves the mode, strict flag, deterministic
-flag and thread count as it found them."""
+`gpu` marker skips cleanly without a CUDA device; every test leaves the mode, padding routing, strict flag,
+deterministic flag and thread count as it found them."""
 
 import pytest
 import torch
@@ -26,11 +26,12 @@ def _restore_global_state():
     # Importing torch.testing._internal (for OpInfo samples) freezes the cuDNN flags process-wide
     # (torch.backends.disable_global_flags); the reproducibility tests set them, as users do.
     torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
-    mode, strict = detops.get_mode(), detops.get_strict()
+    mode, strict, routed = detops.get_mode(), detops.get_strict(), detops.padding_routed()
     flag, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     threads = torch.get_num_threads()
     yield
     detops.set_mode(mode)
+    detops.route_padding(routed)
     detops.set_strict(strict)
     torch.use_deterministic_algorithms(flag, warn_only=warn_only)
     torch.set_num_threads(threads)

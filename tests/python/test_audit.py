@@ -219,16 +219,21 @@ def test_interpolate_bilinear_and_replicate_pad_take_the_decomposition():
     for op in ("aten::upsample_bilinear2d_backward", "aten::replication_pad2d_backward"):
         assert result[op].category == SLOW_FALLBACK, op
         assert "decomposition" in result[op].note
+    assert result["aten::replication_pad2d_backward"].covered  # reached on CUDA through detops.route_padding
     assert result.ok
 
 
 def test_reflection_pads():
     result = detops.audit(lambda t: F.pad(t, (1, 1), mode="reflect"), _x(1, 2, 5))
-    # Throws in stock and detops does not cover it (yet): written out, not recomputed.
-    assert result["aten::reflection_pad1d_backward"].category == NOT_COVERED
+    # Throws in stock, covered by detops: written out, not recomputed.
+    assert result["aten::reflection_pad1d_backward"].category == COVERED
     assert result["aten::reflection_pad1d_backward"].alert == "reflection_pad1d_backward_out_cuda"
+    assert result.ok
+    result = detops.audit(lambda t: F.pad(t, (1, 1, 1, 1, 1, 1), mode="reflect"), _x(1, 2, 3, 3, 3))
+    assert result["aten::reflection_pad3d_backward"].category == COVERED
     result = detops.audit(lambda t: F.pad(t, (1, 1, 1, 1), mode="reflect"), _x(1, 2, 5, 5))
     assert result["aten::reflection_pad2d_backward"].category == DETERMINISTIC  # alert gone in 2.11
+    assert result["aten::reflection_pad2d_backward"].covered  # detops overrides it all the same
 
 
 def test_counts_phases_and_dict():
