@@ -5,8 +5,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 build="${DETOPS_BUILD_DIR:-$root/build}"
-# ccache keys on paths relative to the repository, so the wheel build (tests/python/test_install.py) and
-# other checkouts reuse these objects.
+# Where ccache is installed (CMakeLists.txt uses it when found), paths relative to the repository key its
+# cache, so the wheel build (tests/python/test_install.py) and other checkouts reuse these objects.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 args=(-S "$root" -B "$build" -G Ninja -DDETOPS_PYTHON="$root/.venv/bin/python")
 if [ -n "${DETOPS_CUDA_ARCHITECTURES:-}" ]; then

@@ -18,7 +18,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def _env_without_detops():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DETOPS_") and k != "PYTHONPATH"}
-    env["CCACHE_BASEDIR"] = str(REPO)  # shares compiled objects with build/ when ccache is used
+    env["CCACHE_BASEDIR"] = str(REPO)  # where ccache is installed: shares compiled objects with build/
     return env
 
 
