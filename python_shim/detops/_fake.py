@@ -3,7 +3,7 @@
 
 One function per aten operator gives the result of its functional overload (shape, dtype, strides, as the
 real front end returns it); the in-place and ``.out``/``.grad_input`` overloads are derived from the schema:
-an in-place overload returns ``self``, an out overload resizes its out argument to the functional result.
+an in-place overload returns ``self``, an out overload resizes its out arguments to the functional results.
 Every overload in :func:`detops.covered_ops` gets one (``tests/python/test_compile.py`` checks it).
 
 The in-place and out twins keep aten's schemas, whose results alias an argument (``-> Tensor(a!)``); torch
@@ -13,7 +13,7 @@ functional twins (and the aten ops themselves) but not those.
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Any, Callable, Dict
 
 import torch
 from torch._prims_common import suggest_memory_format
@@ -61,8 +61,15 @@ def _histc(self, bins=100, min=0, max=0) -> torch.Tensor:
     return self.new_empty((bins,))
 
 
-# The functional result of each aten operator detops covers, by name (no overload).
-FUNCTIONAL_RESULTS: Dict[str, Callable[..., torch.Tensor]] = {
+def _nll_loss2d_forward(self, target, weight=None, reduction=1, ignore_index=-100):
+    # (output, total_weight): output is [N, H, W] for reduction 'none' (0), else a scalar.
+    shape = (self.size(0), self.size(2), self.size(3)) if reduction == 0 else ()
+    return self.new_empty(shape), self.new_empty(())
+
+
+# The functional result of each aten operator detops covers, by name (no overload): a tensor, or a tuple for
+# an operator with several results (an out overload then resizes its out arguments in order).
+FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
     "index_add": _like_self,
     "index_add_": _like_self,
     "scatter_add": _like_self,
@@ -83,24 +90,26 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., torch.Tensor]] = {
     "put_": _like_self,
     "index_copy": _like_self,
     "index_copy_": _like_self,
+    "nll_loss2d_forward": _nll_loss2d_forward,
     **{f"{kind}_pad{n}d_backward": _pool_like_self_in_its_format
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
 }
 
 
-def _fake_for(overload: torch._ops.OpOverload, result: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+def _fake_for(overload: torch._ops.OpOverload, result: Callable[..., Any]) -> Callable[..., Any]:
     schema = overload._schema
     written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     out_args = [a.name for a in schema.arguments if a.kwarg_only and a.name in written]
     if out_args:
-        out_name = out_args[0]
 
         def fake_out(*args, **kwargs):
-            out = kwargs.pop(out_name)
+            outs = [kwargs.pop(name) for name in out_args]
             expected = result(*args, **kwargs)
-            if out.shape != expected.shape:
-                out.resize_(expected.shape)
-            return out
+            expected = expected if isinstance(expected, tuple) else (expected,)
+            for out, want in zip(outs, expected):
+                if out.shape != want.shape:
+                    out.resize_(want.shape)
+            return tuple(outs) if len(outs) > 1 else outs[0]
 
         return fake_out
     if written:

@@ -550,3 +550,29 @@ for _suffix, _kind in (("", "functional"), (".grad_input", "out")):
     for _name, _shape, _what, _full_shape, _full_pad, _small_shape, _small_pad in _PAD_CASES:
         register(f"aten::{_name}{_suffix}", _shape, _what)(
             _pad(_kind, _full_shape, _full_pad, _small_shape, _small_pad))
+
+
+# ---------------------------------------------------------------------------------------------------
+# nll_loss2d_forward: 2-d cross-entropy of a segmentation model, mean over pixels with class weights and
+# ignore_index 255 on about 5% of the pixels (VOC's border label).
+
+def _nll_loss2d(kind: str) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        n, c, h, w = (16, 21, 512, 512) if full else (2, 5, 16, 16)
+        input_ = _randn((n, c, h, w), g, device)
+        target = _randint(c, (n, h, w), g, device)
+        target = target.masked_fill(_rand((n, h, w), g, device) < 0.05, 255)
+        weight = _rand((c,), g, device).add_(0.5)
+        kwargs = {}
+        if kind == "out":
+            kwargs = {"output": torch.empty((), device=device), "total_weight": torch.empty((), device=device)}
+        pixels = n * h * w
+        return Call((input_, target, weight, 1, 255), kwargs, min_bytes=pixels * 8 + pixels * ES + c * ES)
+
+    return build
+
+
+register("aten::nll_loss2d_forward", "segmentation", "16x21x512x512 (VOC), mean, class weights, 5% ignored")(
+    _nll_loss2d("functional"))
+register("aten::nll_loss2d_forward.output", "segmentation", "16x21x512x512 (VOC), mean, class weights, 5% ignored")(
+    _nll_loss2d("out"))
