@@ -85,6 +85,8 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., torch.Tensor]] = {
     "index_copy_": _like_self,
     "scatter_reduce": _like_self,
     "scatter_reduce_": _like_self,
+    "index_reduce": _like_self,
+    "index_reduce_": _like_self,
     **{f"{kind}_pad{n}d_backward": _pool_like_self_in_its_format
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
 }
