@@ -142,6 +142,53 @@ struct Last {
   }
 };
 
+// The combine of the product family (scatter_reduce / index_reduce with reduce='prod'): one rounded
+// multiplication, never fused.
+struct MulRn {
+  template <typename acc_t>
+  C10_HOST_DEVICE acc_t operator()(acc_t a, acc_t b) const {
+    return mul_rn(a, b);
+  }
+};
+
+// The combines of reduce='amax' / 'amin', stock's serial rule `v is NaN ? v : max(acc, v)` made associative:
+// the last NaN in source order wins, else the first of the largest (smallest) values, so -0.0 and +0.0 tie
+// and the earlier one stays. NB: both rules are selections, so the tree's shape does not change the bits
+// (docs/order_contract.md, "Reductions").
+struct MaxNan {
+  template <typename T>
+  C10_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (b != b) return b;
+      if (a != a) return a;
+    }
+    return b > a ? b : a;
+  }
+};
+struct MinNan {
+  template <typename T>
+  C10_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (b != b) return b;
+      if (a != a) return a;
+    }
+    return b < a ? b : a;
+  }
+};
+
+// Two's complement addition and multiplication in 64 bits: exact and order-free, so an integer sum or product
+// truncated to its dtype is the one stock's integer arithmetic gives.
+struct WrapAdd {
+  C10_HOST_DEVICE int64_t operator()(int64_t a, int64_t b) const {
+    return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  }
+};
+struct WrapMul {
+  C10_HOST_DEVICE int64_t operator()(int64_t a, int64_t b) const {
+    return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  }
+};
+
 // The combine a sort-reduce op folds with: Op::Combine where the op names one, else AddRn.
 template <typename Op, typename = void>
 struct combine_of {

@@ -35,14 +35,6 @@ struct PutAddOp {
   }
 };
 
-// Two's complement addition in 64 bits: exact and order-free, so an integer sum truncated to its dtype is
-// the one stock's integer atomics give.
-struct WrapAdd {
-  C10_HOST_DEVICE int64_t operator()(int64_t a, int64_t b) const {
-    return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-  }
-};
-
 // accumulate=True, integer dtypes: the wrapped sum in 64 bits, truncated to the dtype.
 template <typename scalar_t>
 struct PutIntAddOp {

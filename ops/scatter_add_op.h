@@ -81,7 +81,8 @@ struct ScatterDim {
 // whose strides compose in all three tensors are merged, so any rank torch allows fits kMaxDims unless
 // more than kMaxDims dimensions are irreducibly strided; those are rejected with a clear error.
 // NB: dropping and merging keep the row-major order of the index's elements, the contract's source order.
-inline void build_scatter_map(ScatterMap& m, const std::vector<ScatterDim>& dims, int64_t dim_size) {
+inline void build_scatter_map(ScatterMap& m, const std::vector<ScatterDim>& dims, int64_t dim_size,
+                              const char* op = "scatter_add_") {
   std::vector<ScatterDim> kept;
   for (const ScatterDim& d : dims) {
     if (d.size == 1 && !d.scatter) continue;
@@ -96,7 +97,7 @@ inline void build_scatter_map(ScatterMap& m, const std::vector<ScatterDim>& dims
     }
     kept.push_back(d);
   }
-  TORCH_CHECK(static_cast<int>(kept.size()) <= kMaxDims, "scatter_add_(): the index has ", dims.size(),
+  TORCH_CHECK(static_cast<int>(kept.size()) <= kMaxDims, op, "(): the index has ", dims.size(),
               " dimensions of which ", kept.size(), " remain after merging those whose strides compose in index, "
               "src and self; at most ", kMaxDims, " are supported (make index and src contiguous)");
   m.ndim = static_cast<int>(kept.size());

@@ -91,6 +91,10 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
     "index_copy": _like_self,
     "index_copy_": _like_self,
     "nll_loss2d_forward": _nll_loss2d_forward,
+    "scatter_reduce": _like_self,
+    "scatter_reduce_": _like_self,
+    "index_reduce": _like_self,
+    "index_reduce_": _like_self,
     **{f"{kind}_pad{n}d_backward": _pool_like_self_in_its_format
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
 }

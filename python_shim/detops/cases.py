@@ -511,6 +511,63 @@ for _suffix, _kind in _KINDS.items():
 
 
 # ---------------------------------------------------------------------------------------------------
+# Wave 2: scatter_reduce.two on the scatter_add shapes, index_reduce on the index_add shapes, one reduction per
+# shape. NB: prod's values lie within 1e-3 of 1, so a product of a million stays finite and non-zero.
+
+def _reduce_values(shape, g, device, reduce: str) -> torch.Tensor:
+    if reduce == "prod":
+        return (1 + (_rand(shape, g, "cpu") - 0.5) * 1e-3).to(device)
+    return _randn(shape, g, device)
+
+
+def _scatter_reduce_builder(kind: str, reduce: str, include_self: bool, full_dims, small_dims,
+                            expand: bool) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        self_shape, src_shape, high = full_dims if full else small_dims
+        self_ = _reduce_values(self_shape, g, device, reduce)
+        if expand:
+            index = _randint(high, (src_shape[0], 1), g, device).expand(src_shape)
+        else:
+            index = _randint(high, src_shape, g, device)
+        src = _reduce_values(src_shape, g, device, reduce)
+        args, kwargs = _finish(kind, (self_, 0, index, src, reduce), {"include_self": include_self}, self_)
+        index_bytes = (src_shape[0] if expand else src.numel()) * 8
+        return Call(args, kwargs, min_bytes=src.numel() * ES + index_bytes + 2 * self_.numel() * ES)
+
+    return build
+
+
+def _index_reduce_builder(kind: str, reduce: str, include_self: bool, dims_full, dims_small) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        m, n, d = dims_full if full else dims_small
+        self_ = _reduce_values((m, d), g, device, reduce)
+        index = _randint(m, (n,), g, device)
+        source = _reduce_values((n, d), g, device, reduce)
+        args, kwargs = _finish(kind, (self_, 0, index, source, reduce), {"include_self": include_self}, self_)
+        return Call(args, kwargs, min_bytes=n * d * ES + n * 8 + 2 * m * d * ES)
+
+    return build
+
+
+_SCATTER_REDUCE_OF_SHAPE = {"low_contention": ("prod", True), "high_contention": ("mean", True),
+                            "hot_destination": ("sum", False), "message_passing": ("amax", False)}
+_INDEX_REDUCE_OF_SHAPE = {"low_contention": ("mean", True), "high_contention": ("amax", True),
+                          "hot_destination": ("prod", False), "wide_rows": ("amin", False)}
+
+for _suffix, _kind in ((".two", "functional"), ("_.two", "inplace"), (".two_out", "out")):
+    for _shape, (_full, _small, _what) in _SCATTER_ADD_SHAPES.items():
+        _reduce, _include = _SCATTER_REDUCE_OF_SHAPE[_shape]
+        register(f"aten::scatter_reduce{_suffix}", _shape, f"{_what}; reduce={_reduce}, include_self={_include}")(
+            _scatter_reduce_builder(_kind, _reduce, _include, _full, _small, _shape == "message_passing"))
+for _suffix, _kind in _KINDS.items():
+    for _shape, (_full, _small, _what) in _INDEX_ADD_SHAPES.items():
+        _reduce, _include = _INDEX_REDUCE_OF_SHAPE[_shape]
+        register(f"aten::index_reduce{_suffix}", _shape,
+                 f"{_what.replace('added', 'reduced')}; reduce={_reduce}, include_self={_include}")(
+            _index_reduce_builder(_kind, _reduce, _include, _full, _small))
+
+
+# ---------------------------------------------------------------------------------------------------
 # Padding backwards (model shapes): grad_output [..., padded] -> grad_input [...], padding as in aten (last
 # dimension first).
 

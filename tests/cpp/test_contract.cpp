@@ -101,6 +101,58 @@ TEST(Contract, LastCombineGivesTheLastContributionWhateverTheTreeShape) {
   }
 }
 
+// reduce='prod': rounded multiplications in the tree's shape (blocks of 32, then the block products).
+TEST(Contract, MulRnFoldsTheTreeOfProducts) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.75f, 1.25f);
+  for (int64_t n : {1, 2, 32, 33, 1025, 40000}) {
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng);
+    std::vector<float> level = v;
+    while (level.size() > 1) {
+      std::vector<float> next;
+      for (size_t b = 0; b < level.size(); b += 32) {
+        float p = level[b];
+        for (size_t i = b + 1; i < std::min(level.size(), b + 32); ++i) p = p * level[i];
+        next.push_back(p);
+      }
+      level.swap(next);
+    }
+    std::vector<float> buf((n + 31) / 32);
+    const float got = detops::tree_reduce<float>(n, [&](int64_t i) { return v[i]; }, buf.data(), detops::MulRn());
+    EXPECT_EQ(bits_of(got), bits_of(level[0])) << "n = " << n;
+  }
+}
+
+// amax / amin: any NaN wins (the last one), else the first of the tied extremes: -0.0 before +0.0 stays.
+TEST(Contract, MaxMinCombinesAreSelectionsWhateverTheTreeShape) {
+  const detops::MaxNan mx;
+  const detops::MinNan mn;
+  EXPECT_EQ(bits_of(mx(-0.f, 0.f)), bits_of(-0.f));
+  EXPECT_EQ(bits_of(mx(0.f, -0.f)), bits_of(0.f));
+  EXPECT_EQ(bits_of(mn(-0.f, 0.f)), bits_of(-0.f));
+  EXPECT_EQ(bits_of(mn(0.f, -0.f)), bits_of(0.f));
+  EXPECT_TRUE(std::isnan(mx(std::nanf(""), 1.f)) && std::isnan(mx(1.f, std::nanf(""))));
+  EXPECT_TRUE(std::isnan(mn(std::nanf(""), 1.f)) && std::isnan(mn(1.f, std::nanf(""))));
+  EXPECT_EQ(mx(int64_t{-3}, int64_t{7}), 7);
+  EXPECT_EQ(mn(int64_t{-3}, int64_t{7}), -3);
+  // Over 3000 values with ties of signed zeros, the tree gives the serial loop's value: the first zero.
+  std::vector<float> v(3000, -1.f);
+  v[100] = -0.f;
+  v[2000] = 0.f;
+  std::vector<float> buf(94);
+  const float got = detops::tree_reduce<float>(3000, [&](int64_t i) { return v[i]; }, buf.data(), mx);
+  EXPECT_EQ(bits_of(got), bits_of(-0.f));
+  v[2500] = std::nanf("");
+  EXPECT_TRUE(std::isnan(detops::tree_reduce<float>(3000, [&](int64_t i) { return v[i]; }, buf.data(), mn)));
+}
+
+TEST(Contract, WrapCombinesAreExactModuloTwoToThe64) {
+  EXPECT_EQ(detops::WrapAdd()(INT64_MAX, 1), INT64_MIN);
+  EXPECT_EQ(detops::WrapMul()(int64_t{1} << 62, 4), 0);
+  EXPECT_EQ(static_cast<int8_t>(detops::WrapMul()(100, 3)), static_cast<int8_t>(300));
+}
+
 // An op that names its combine: each key gets the last source position that carries it.
 struct LastPositionOp {
   using Combine = detops::Last;

@@ -1,0 +1,223 @@
+// scatter_reduce_: the per-element arithmetic shared by the CPU and CUDA engines (docs/order_contract.md,
+// "Reductions"). Contribution e is the e-th element of `index` in row-major order, as for scatter_add_
+// (ScatterMap); the reduction's combine folds a destination's contributions by the contract's tree, then
+// self enters once, first: y = self (+) S with include_self, else y = identity (+) S, as stock's exclude-self
+// fill does. The reduction arithmetic (Reduction, ReduceFinish, CountOp) serves index_reduce_ too.
+#pragma once
+
+#include "ops/contract.h"
+#include "ops/scatter_add_op.h"
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace detops {
+
+enum class Reduction : int { Sum, Prod, Mean, Max, Min };
+
+// The combine of each reduction: floating accumulate types round each operation on its own, integers
+// (computed in int64) wrap exactly.
+template <typename acc_t, Reduction R>
+using reduce_combine_t = std::conditional_t<
+    R == Reduction::Max, MaxNan,
+    std::conditional_t<R == Reduction::Min, MinNan,
+                       std::conditional_t<R == Reduction::Prod,
+                                          std::conditional_t<std::is_integral_v<acc_t>, WrapMul, MulRn>,
+                                          std::conditional_t<std::is_integral_v<acc_t>, WrapAdd, AddRn>>>>;
+
+// v as an integer of `bits` bits (two's complement, or unsigned), held in int64.
+C10_HOST_DEVICE inline int64_t wrap_to_bits(int64_t v, int bits, bool is_unsigned) {
+  if (bits >= 64) return v;
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  uint64_t u = static_cast<uint64_t>(v) & mask;
+  if (!is_unsigned && ((u >> (bits - 1)) & 1u)) u |= ~mask;
+  return static_cast<int64_t>(u);
+}
+
+// Stock's integer division with rounding mode "floor" (c10::div_floor_integer); b != 0.
+C10_HOST_DEVICE inline int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+// Step 4 of the contract for one destination of a reduction: `total` is the contract's fold of its
+// `count` (>= 1) contributions.
+template <typename scalar_t, Reduction R>
+struct ReduceFinish {
+  using acc_t = acc_type<scalar_t>;
+  bool include_self;
+  int int_bits;       // integer dtypes (computed in int64): the width of the tensor's dtype, for mean
+  bool int_unsigned;
+
+  C10_HOST_DEVICE scalar_t operator()(scalar_t self, acc_t total, int64_t count) const {
+    using Combine = reduce_combine_t<acc_t, R>;
+    acc_t y;
+    if (include_self) {
+      y = Combine()(to_acc(self), total);
+    } else if constexpr (R == Reduction::Sum || R == Reduction::Mean) {
+      // NB: stock fills the destination with +0 first, so a sum of -0.0 alone is +0.0.
+      y = Combine()(acc_t(0), total);
+    } else {
+      y = total;  // 1 * S, max(-inf, S) and min(inf, S) are S
+    }
+    const int64_t n = count + (include_self ? 1 : 0);
+    if constexpr (std::is_integral_v<acc_t>) {
+      if constexpr (R == Reduction::Mean) {
+        // Stock sums and counts in the tensor's dtype, then divides with rounding mode "floor".
+        const int64_t c = wrap_to_bits(n, int_bits, int_unsigned);
+        y = floor_div(wrap_to_bits(y, int_bits, int_unsigned), c == 0 ? 1 : c);
+      }
+      return static_cast<scalar_t>(y);
+    } else {
+      if constexpr (R == Reduction::Mean) y = div_rn(y, static_cast<acc_t>(n));
+      // NB: x86 keeps a NaN operand's sign and payload, CUDA gives its canonical NaN; every NaN result is
+      // written as the positive quiet NaN so that the CPU and CUDA bits agree.
+      if (y != y) y = std::numeric_limits<acc_t>::quiet_NaN();
+      return round_to<scalar_t>(y);
+    }
+  }
+};
+
+// A count pass for reduce='mean': the number of contributions of each destination, exact.
+template <typename Keys>
+struct CountOp {
+  using acc_t = int64_t;
+  using Combine = WrapAdd;
+  Keys keys;
+  int64_t* counts;  // num_keys values
+
+  C10_HOST_DEVICE int64_t key(int64_t i) const {
+    return keys.key(i);
+  }
+  C10_HOST_DEVICE int64_t contribution(int64_t, int64_t) const {
+    return 1;
+  }
+  C10_HOST_DEVICE void finalize(int64_t k, int64_t, int64_t total) const {
+    counts[k] = total;
+  }
+};
+
+// The destinations of scatter_reduce_'s contributions: linear offsets in the contiguous result.
+struct ScatterKeys {
+  const int64_t* index;  // strided
+  ScatterMap map;
+
+  // Linear offset of the destination in self, or -1 if index[e] is out of range.
+  C10_HOST_DEVICE int64_t key(int64_t e) const {
+    int64_t index_off, src_off, out_base;
+    map.offsets(e, index_off, src_off, out_base);
+    const int64_t k = index[index_off];
+    return (k >= 0 && k < map.dim_size) ? out_base + k * map.out_strides[map.dim] : -1;
+  }
+};
+
+template <typename scalar_t, Reduction R>
+struct ScatterReduceOp {
+  using acc_t = acc_type<scalar_t>;
+  using Combine = reduce_combine_t<acc_t, R>;
+  scalar_t* out;          // contiguous
+  const scalar_t* src;    // strided
+  ScatterKeys keys;
+  const int64_t* counts;  // reduce='mean' only
+  ReduceFinish<scalar_t, R> finish;
+
+  C10_HOST_DEVICE int64_t key(int64_t e) const {
+    return keys.key(e);
+  }
+  C10_HOST_DEVICE acc_t contribution(int64_t e, int64_t /*column*/) const {
+    int64_t index_off, src_off, out_base;
+    keys.map.offsets(e, index_off, src_off, out_base);
+    return to_acc(src[src_off]);
+  }
+  C10_HOST_DEVICE void finalize(int64_t k, int64_t /*column*/, acc_t total) const {
+    out[k] = finish(out[k], total, counts == nullptr ? 0 : counts[k]);
+  }
+};
+
+}  // namespace detops
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
+
+#include <vector>
+
+namespace detops {
+
+// The integer dtype facts ReduceFinish needs for mean (integers are computed in int64).
+struct IntDtype {
+  int bits = 64;
+  bool is_unsigned = false;
+};
+
+// Stock's dispatch of one reduction name: f(std::integral_constant<Reduction, R>{}).
+template <typename F>
+void dispatch_reduction(Reduction reduce, F&& f) {
+  switch (reduce) {
+    case Reduction::Sum:
+      return f(std::integral_constant<Reduction, Reduction::Sum>{});
+    case Reduction::Prod:
+      return f(std::integral_constant<Reduction, Reduction::Prod>{});
+    case Reduction::Mean:
+      return f(std::integral_constant<Reduction, Reduction::Mean>{});
+    case Reduction::Max:
+      return f(std::integral_constant<Reduction, Reduction::Max>{});
+    case Reduction::Min:
+      return f(std::integral_constant<Reduction, Reduction::Min>{});
+  }
+}
+
+// The keys over `result` (contiguous, holding self), an int64 `index` and `src`; `dim` is wrapped.
+inline ScatterKeys make_scatter_keys(const at::Tensor& result, int64_t dim, const at::Tensor& index,
+                                     const at::Tensor& src) {
+  ScatterKeys keys;
+  keys.index = index.const_data_ptr<int64_t>();
+  const bool scalar = index.dim() == 0;
+  const int64_t ndim = scalar ? 1 : index.dim();
+  std::vector<ScatterDim> dims(ndim);
+  for (int64_t d = 0; d < ndim; ++d) {
+    dims[d] = {scalar ? 1 : index.size(d), scalar ? 0 : index.stride(d), src.dim() == 0 ? 0 : src.stride(d),
+               result.dim() == 0 ? 1 : result.stride(d), d == dim};
+  }
+  build_scatter_map(keys.map, dims, result.dim() == 0 ? 1 : result.size(dim), "scatter_reduce_");
+  return keys;
+}
+
+// result (contiguous, holding self; a floating dtype, or int64 holding an integer tensor of dtype `ints`)
+// gets the scatter_reduce of `src` (result's dtype) on an engine (cpu::Engine or cuda::Engine); index is
+// int64 and the arguments are checked by the front end.
+template <typename Engine>
+void scatter_reduce_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                            Reduction reduce, bool include_self, IntDtype ints) {
+  const int64_t n = index.numel();
+  if (n == 0 || result.numel() == 0) return;
+  const ScatterKeys keys = make_scatter_keys(result, dim, index, src);
+  at::Tensor counts;
+  if (reduce == Reduction::Mean) {
+    counts = at::zeros({result.numel()}, result.options().dtype(at::kLong));
+    const CountOp<ScatterKeys> count{keys, counts.data_ptr<int64_t>()};
+    Engine::template sort_reduce<int64_t>("scatter_reduce_", count, n, result.numel(), 1, result);
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND3(at::kHalf, at::kBFloat16, at::kLong, result.scalar_type(), "detops_scatter_reduce",
+                                  [&] {
+    dispatch_reduction(reduce, [&](auto r) {
+      ScatterReduceOp<scalar_t, decltype(r)::value> op;
+      op.out = result.data_ptr<scalar_t>();
+      op.src = src.const_data_ptr<scalar_t>();
+      op.keys = keys;
+      op.counts = counts.defined() ? counts.const_data_ptr<int64_t>() : nullptr;
+      op.finish = {include_self, ints.bits, ints.is_unsigned};
+      Engine::template sort_reduce<acc_type<scalar_t>>("scatter_reduce_", op, n, result.numel(), 1, result);
+    });
+  });
+}
+
+namespace cuda {
+// scatter_reduce_compute on the CUDA engine (cuda/scatter_reduce.cu).
+void scatter_reduce_kernel(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                           Reduction reduce, bool include_self, IntDtype ints);
+}  // namespace cuda
+
+}  // namespace detops
