@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Run on the development machine before a GPU session: puts what the GPU machine lacks into third_party/
-# (ignored by git), the one folder that session carries with its device calls:
+# Run on the development machine before a remote GPU run: puts what the GPU machine lacks into third_party/
+# (ignored by git), the one folder to send along with the working tree:
 #   third_party/googletest       GoogleTest's sources (from /usr/src/googletest, package `googletest`, or
 #                                $DETOPS_GTEST_SOURCE_DIR): tests/CMakeLists.txt builds them where
 #                                find_package(GTest) finds none, so the C++ suite builds there
 #   third_party/python/expecttest  the pure-Python module torch.testing._internal imports (the OpInfo tests)
 #   third_party/revision.txt     the commit, for the run's summary (no .git travels)
 # Then checks that what travels (tracked and untracked-not-ignored files plus third_party/) stays well under
-# the 64 MiB a device call takes. Idempotent.
+# 64 MiB that a remote run takes. Idempotent.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="$root/third_party"
@@ -51,7 +51,7 @@ fi
 carried="$(du -sb "$dest" | cut -f1)"
 total=$(((travels + carried) / 1048576))
 echo "gpu_prepare: third_party/ ready ($((carried / 1024)) KiB: googletest$([ -d "$dest/python/expecttest" ] && echo ', expecttest'))"
-echo "gpu_prepare: a device call sends about $total MiB (limit 64); carry: [\"third_party\"]"
+echo "gpu_prepare: a remote run sends about $total MiB (limit 64), with third_party/"
 if [ "$total" -ge 60 ]; then
   echo "gpu_prepare: too close to the 64 MiB limit: remove large untracked files or ignore them" >&2
   exit 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU runner: builds detops (and the GoogleTest suite) against this machine's torch, runs CTest and
 # pytest, compute-sanitizer over every covered op, the output hashes and the benchmarks. Logs and
-# results go under $OUT, in few files (a GPU lease returns at most 8).
+# results go under $OUT, in few files (a remote run returns at most 8 files).
 #
 #   scripts/gpu_run.sh [build] [test] [sanitize] [bench] [all]         (no phase: all)
 #
@@ -13,7 +13,7 @@
 # A phase that needs libdetops.so builds it first when build-gpu/ is missing or stale (a fresh machine).
 # Nothing stops the run: every step runs under its own `timeout`, failures are recorded and the next step
 # runs; the exit status is 1 when a step failed or timed out. All steps of one invocation end within
-# DETOPS_GPU_BUDGET_S seconds (default 540: one device call of at most 600 s); a step that no longer fits
+# DETOPS_GPU_BUDGET_S seconds (default 540: inside one remote command of at most 600 s); a step that no longer fits
 # is recorded as SKIPPED and can be run by a later call (e.g. `scripts/gpu_run.sh bench`).
 #
 # $OUT receives: <device>-<date>-tests.txt (the summary: each step's status, exit code, time, failing test

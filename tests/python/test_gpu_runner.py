@@ -97,7 +97,7 @@ def test_dry_run_checks_and_plans_every_phase(tmp_path):
     assert re.search(r"output_hashes.py --devices cpu cuda --out \S+/dry-run-\d{4}-\d\d-\d\d-hashes.json", summary)
     assert re.search(r"bench/bench_ops.py --out \S+/dry-run-\d{4}-\d\d-\d\d.json", summary)
 
-    # $OUT: the summary and one tarball of logs, nothing else (a lease returns at most 8 files)
+    # $OUT: the summary and one tarball of logs, nothing else (a remote run returns at most 8 files)
     files = sorted(p.name for p in out.iterdir())
     assert len(files) == 2 and files[0].endswith("-build_test_sanitize_bench-logs.tar.gz"), files
     with tarfile.open(out / files[0]) as tar:
