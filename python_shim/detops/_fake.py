@@ -67,6 +67,16 @@ def _nll_loss2d_forward(self, target, weight=None, reduction=1, ignore_index=-10
     return self.new_empty(shape), self.new_empty(())
 
 
+def _upsample_bilinear2d_aa_backward(grad_output, output_size, input_size, *args, **kwargs) -> torch.Tensor:
+    # Stock's result: input_size in grad_output's suggested memory format (ops/upsample_aa.cpp).
+    return grad_output.new_empty(list(input_size)).contiguous(memory_format=suggest_memory_format(grad_output))
+
+
+def _upsample_bicubic2d_aa_backward(grad_output, output_size, input_size, *args, **kwargs) -> torch.Tensor:
+    # Stock's result: input_size, contiguous whatever grad_output's layout.
+    return grad_output.new_empty(list(input_size))
+
+
 # The functional result of each aten operator detops covers, by name (no overload): a tensor, or a tuple for
 # an operator with several results (an out overload then resizes its out arguments in order).
 FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
@@ -97,6 +107,8 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
     "index_reduce_": _like_self,
     **{f"{kind}_pad{n}d_backward": _pool_like_self_in_its_format
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
+    "_upsample_bilinear2d_aa_backward": _upsample_bilinear2d_aa_backward,
+    "_upsample_bicubic2d_aa_backward": _upsample_bicubic2d_aa_backward,
 }
 
 

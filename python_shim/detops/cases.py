@@ -633,3 +633,36 @@ register("aten::nll_loss2d_forward", "segmentation", "16x21x512x512 (VOC), mean,
     _nll_loss2d("functional"))
 register("aten::nll_loss2d_forward.output", "segmentation", "16x21x512x512 (VOC), mean, class weights, 5% ignored")(
     _nll_loss2d("out"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Antialiased upsample backwards: grad_output [N, C, OH, OW] -> grad_input [N, C, IH, IW], as
+# F.interpolate(..., antialias=True) (torchvision's Resize) calls them.
+
+def _upsample_aa(kind: str, full, small) -> Builder:
+    def build(device, g, full_shape: bool) -> Call:
+        (n, c, ih, iw), (oh, ow) = full if full_shape else small
+        grad_output = _randn((n, c, oh, ow), g, device)
+        like = torch.empty((n, c, ih, iw), device=device)
+        args, kwargs = _finish(kind, (grad_output, [oh, ow], [n, c, ih, iw], False, None, None), {}, like,
+                               "grad_input")
+        return Call(args, kwargs, min_bytes=(grad_output.numel() + like.numel()) * ES)
+
+    return build
+
+
+_UPSAMPLE_AA_CASES = [
+    # (shape name, words, full (input size, output size), small (input size, output size))
+    ("resize_224", "image resize 32x3x512x512 -> 224x224 (torchvision Resize, antialias)",
+     ((32, 3, 512, 512), (224, 224)), ((2, 3, 64, 64), (28, 28))),
+    ("downsample_8x", "feature maps 8x64x256x256 -> 32x32: windows of 16 (bilinear) / 32 (bicubic) inputs",
+     ((8, 64, 256, 256), (32, 32)), ((1, 4, 64, 64), (8, 8))),
+    ("upsample_4x", "8x64x64x64 -> 256x256: each input collects 8x8 (bilinear) / 16x16 (bicubic) outputs",
+     ((8, 64, 64, 64), (256, 256)), ((1, 4, 8, 8), (32, 32))),
+]
+
+for _mode in ("bilinear", "bicubic"):
+    for _suffix, _kind in (("", "functional"), (".grad_input", "out")):
+        for _shape, _what, _full, _small in _UPSAMPLE_AA_CASES:
+            register(f"aten::_upsample_{_mode}2d_aa_backward{_suffix}", _shape, _what)(
+                _upsample_aa(_kind, _full, _small))
