@@ -169,6 +169,10 @@ from ._fake import register_all as _register_fakes  # noqa: E402
 
 _register_fakes(covered_ops())
 
+from ._functionalize import register_all as _register_functionalization  # noqa: E402
+
+_register_functionalization(covered_ops())
+
 from .repro import dataloader_kwargs, enable_determinism, machine_summary, seed_worker  # noqa: E402
 
 __all__ += ["dataloader_kwargs", "enable_determinism", "machine_summary", "seed_worker"]

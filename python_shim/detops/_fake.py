@@ -7,8 +7,9 @@ an in-place overload returns ``self``, an out overload resizes its out arguments
 Every overload in :func:`detops.covered_ops` gets one (``tests/python/test_compile.py`` checks it).
 
 The in-place and out twins keep aten's schemas, whose results alias an argument (``-> Tensor(a!)``); torch
-2.11 does not functionalize custom operators with aliased results, so ``torch.compile`` traces the
-functional twins (and the aten ops themselves) but not those.
+2.11 does not functionalize custom operators with aliased results by itself, so each gets a Functionalize
+kernel (:mod:`detops._functionalize`) that calls the functional overload named in
+:data:`FUNCTIONAL_OVERLOADS` and stores its result into the written argument.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Callable, Dict
 import torch
 from torch._prims_common import suggest_memory_format
 
-__all__ = ["FUNCTIONAL_RESULTS", "register_all"]
+__all__ = ["FUNCTIONAL_OVERLOADS", "FUNCTIONAL_RESULTS", "register_all"]
 
 
 def _contiguous_like(t: torch.Tensor) -> torch.Tensor:
@@ -109,6 +110,36 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
     "_upsample_bilinear2d_aa_backward": _upsample_bilinear2d_aa_backward,
     "_upsample_bicubic2d_aa_backward": _upsample_bicubic2d_aa_backward,
+}
+
+
+# The functional overload whose result each writing twin (in-place, .out, .grad_input) stores into the
+# argument it writes: what detops._functionalize calls for it under torch.compile and opcheck. Keys and values
+# are spelled as in covered_ops(); "detops::put" is a functional companion detops defines for put_, which has
+# no functional aten overload covered. A new writing overload adds one line.
+FUNCTIONAL_OVERLOADS: Dict[str, str] = {
+    "aten::index_add_": "aten::index_add",
+    "aten::index_add.out": "aten::index_add",
+    "aten::scatter_add_": "aten::scatter_add",
+    "aten::scatter_add.out": "aten::scatter_add",
+    "aten::adaptive_avg_pool3d_backward.grad_input": "aten::_adaptive_avg_pool3d_backward",
+    "aten::avg_pool3d_backward.grad_input": "aten::avg_pool3d_backward",
+    "aten::adaptive_max_pool2d_backward.grad_input": "aten::adaptive_max_pool2d_backward",
+    "aten::adaptive_max_pool3d_backward.grad_input": "aten::adaptive_max_pool3d_backward",
+    "aten::fractional_max_pool2d_backward.grad_input": "aten::fractional_max_pool2d_backward",
+    "aten::fractional_max_pool3d_backward.grad_input": "aten::fractional_max_pool3d_backward",
+    "aten::max_pool3d_with_indices_backward.grad_input": "aten::max_pool3d_with_indices_backward",
+    "aten::histc.out": "aten::histc",
+    "aten::put_": "detops::put",
+    "aten::index_copy_": "aten::index_copy",
+    "aten::index_copy.out": "aten::index_copy",
+    "aten::nll_loss2d_forward.output": "aten::nll_loss2d_forward",
+    "aten::scatter_reduce_.two": "aten::scatter_reduce.two",
+    "aten::scatter_reduce.two_out": "aten::scatter_reduce.two",
+    "aten::index_reduce_": "aten::index_reduce",
+    "aten::index_reduce.out": "aten::index_reduce",
+    **{f"aten::{kind}_pad{n}d_backward.grad_input": f"aten::{kind}_pad{n}d_backward"
+       for kind in ("reflection", "replication") for n in (1, 2, 3)},
 }
 
 

@@ -1,19 +1,18 @@
-"""Fake kernels of the twins: torch.library.opcheck on every covered twin with the benchmark/report cases'
-small inputs, and torch.compile(fullgraph=True) over functional twins, bitwise equal to eager."""
+"""Fake and Functionalize kernels of the twins: torch.library.opcheck (all four checks) on every covered twin
+with the benchmark/report cases' small inputs, and torch.compile(fullgraph=True) over functional, in-place and
+out twins, bitwise equal to eager."""
 
 import pytest
 import torch
 
 import detops
-from detops import _fake
+from detops import _fake, _functionalize
 from detops import cases as C
 from conftest import assert_bitwise_equal
 
 COVERED = detops.covered_ops()
 ALL_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
-# torch 2.11 functionalizes no custom operator whose result aliases an argument (aten's in-place and out
-# schemas, which the twins keep).
-ALIASED_RESULT = "We only support functionalizing operators whose outputs do not have alias annotations"
+WRITING = [op for op in COVERED if _functionalize.written_arguments(C.twin_op(op))]
 
 
 def one_case(op):
@@ -22,24 +21,37 @@ def one_case(op):
     return call.args, call.kwargs
 
 
-def aliased_result(op):
-    return any(r.alias_info is not None for r in C.twin_op(op)._schema.returns)
-
-
 def test_every_covered_twin_has_a_fake_kernel():
     assert _fake.register_all(COVERED) == []
+
+
+def test_every_writing_twin_has_a_functionalize_kernel():
+    assert WRITING, "covered_ops() has in-place and out overloads"
+    assert sorted(_functionalize.register_all(COVERED)) == sorted(WRITING)
+    for op in WRITING:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(C.twin_op(op).name(), "Functionalize"), op
+    assert sorted(_fake.FUNCTIONAL_OVERLOADS) == sorted(WRITING), "one FUNCTIONAL_OVERLOADS line per writing twin"
+
+
+@pytest.mark.parametrize("op", WRITING)
+def test_functional_overload_takes_the_writing_overloads_other_arguments(op):
+    writing, functional = C.twin_op(op)._schema, _functionalize.functional_overload(op)._schema
+    written = _functionalize.written_arguments(C.twin_op(op))
+    assert not any(a.alias_info for a in functional.arguments) and not any(r.alias_info for r in functional.returns)
+    expected = [(a.name, str(a.type)) for a in writing.arguments if not (a.kwarg_only and a.name in written)]
+    assert [(a.name, str(a.type)) for a in functional.arguments] == expected
+    assert len(functional.returns) == len(written)
+
+
+def test_a_writing_twin_without_its_overload_in_the_table_is_named():
+    with pytest.raises(KeyError, match="aten::no_such_op_ writes an argument but has no entry"):
+        _functionalize.functional_overload("aten::no_such_op_")
 
 
 @pytest.mark.parametrize("op", COVERED)
 def test_opcheck(op):
     args, kwargs = one_case(op)
-    twin = C.twin_op(op)
-    if not aliased_result(op):
-        torch.library.opcheck(twin, args, kwargs, test_utils=ALL_TESTS)
-        return
-    torch.library.opcheck(twin, args, kwargs, test_utils=ALL_TESTS[:3])
-    with pytest.raises(Exception, match=ALIASED_RESULT):
-        torch.library.opcheck(twin, args, kwargs, test_utils=("test_aot_dispatch_dynamic",))
+    torch.library.opcheck(C.twin_op(op), args, kwargs, test_utils=ALL_TESTS)
 
 
 def test_fake_results_match_real_results_in_strides():
@@ -80,3 +92,72 @@ def test_inductor_compiles_a_training_step_that_calls_a_twin():
 
     table, rows = torch.randn(50, 8), torch.randn(400, 8)
     assert_bitwise_equal(torch.compile(step, fullgraph=True)(table, rows), step(table, rows))
+
+
+def _compile_aot(fn, graphs):
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    return torch.compile(fn, fullgraph=True, backend=aot_autograd(fw_compiler=keep), dynamic=False)
+
+
+@pytest.mark.parametrize("op", WRITING)
+def test_compiled_writing_twins_give_the_eager_bits_and_trace_their_functional_overload(op):
+    torch._dynamo.reset()
+    args, kwargs = one_case(op)
+    twin = C.twin_op(op)
+
+    def f(*a, **k):
+        return twin(*a, **k)
+
+    eager_args, eager_kwargs = C.fresh_args(C.Call(args, kwargs, 0))
+    compiled_args, compiled_kwargs = C.fresh_args(C.Call(args, kwargs, 0))
+    eager = C.output_tensors(f(*eager_args, **eager_kwargs))
+    graphs = []
+    compiled = C.output_tensors(_compile_aot(f, graphs)(*compiled_args, **compiled_kwargs))
+    for got, want in zip(compiled, eager):
+        assert_bitwise_equal(got, want, op)
+    # The written arguments hold the results too, as in eager.
+    arguments = [C.output_tensors(list(a) + list(k.values()))
+                 for a, k in ((compiled_args, compiled_kwargs), (eager_args, eager_kwargs))]
+    for got, want in zip(*arguments):
+        assert_bitwise_equal(got, want, op)
+    called = {str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"}
+    assert str(_functionalize.functional_overload(op)) in called, called
+    assert str(twin) not in called
+
+
+def test_inductor_compiles_an_inplace_twin_into_a_training_step():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    index = torch.randint(0, 50, (400,))
+
+    def step(table, rows):
+        torch.ops.detops.index_add_(table, 0, index, rows * 2.0)
+        torch.ops.detops.put_(table, index, rows[:, 0], True)
+        return table.relu()
+
+    table, rows = torch.randn(50, 8), torch.randn(400, 8)
+    eager_table, compiled_table = table.clone(), table.clone()
+    eager = step(eager_table, rows)
+    compiled = torch.compile(step, fullgraph=True)(compiled_table, rows)
+    assert_bitwise_equal(compiled, eager)
+    assert_bitwise_equal(compiled_table, eager_table, "the mutated input")
+
+
+def test_functionalize_transform_removes_the_mutation():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    index = torch.tensor([0, 2, 2, 1])
+
+    def f(table, rows):
+        torch.ops.detops.index_copy_(table, 0, index, rows)
+        return table
+
+    graph = make_fx(torch.func.functionalize(f))(torch.zeros(3, 2), torch.randn(4, 2))
+    targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert torch.ops.detops.index_copy.default in targets and torch.ops.detops.index_copy_.default not in targets

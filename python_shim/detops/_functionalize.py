@@ -1,0 +1,142 @@
+"""Functionalization of the writing twins: the in-place, ``.out`` and ``.grad_input`` overloads of
+``torch.ops.detops``, whose aten schemas return an alias of an argument (``-> Tensor(a!)``).
+
+torch functionalizes no custom operator with an aliased result by itself (AOTAutograd, so
+``torch.compile`` and ``opcheck``'s ``test_aot_dispatch_dynamic``, raise). Each writing twin therefore gets
+a ``Functionalize`` kernel that does what aten's generated functionalization kernels do for their own
+in-place and out operators: sync and unwrap the arguments, call the functional result of the overload
+(:data:`detops._fake.FUNCTIONAL_OVERLOADS`: the functional twin, or a functional companion operator defined
+here for an operator without one), then ``replace`` each written argument's value with the matching result,
+``commit_update`` and ``sync`` it, and return the written arguments. A traced graph then holds only the
+functional operator; AOTAutograd copies the final value back into a mutated graph input.
+
+Which overloads get a kernel is read from :func:`detops.covered_ops` and each schema's alias annotations;
+the table in :mod:`detops._fake` only says which functional overload computes each one's result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
+from torch._C import DispatchKey
+
+__all__ = ["functional_overload", "register_all", "written_arguments"]
+
+_LIBRARY = torch.library.Library("detops", "IMPL")
+_REGISTERED: Dict[str, Any] = {}
+
+
+def _define_put() -> None:
+    """``detops::put``: the functional companion of ``put_`` (aten's ``put``: ``self.clone().put_(...)``),
+    whose result is the detops kernel's on every device."""
+    if hasattr(torch.ops.detops, "put"):
+        return
+
+    @torch.library.custom_op("detops::put", mutates_args=())
+    def put(self: torch.Tensor, index: torch.Tensor, source: torch.Tensor,
+            accumulate: bool = False) -> torch.Tensor:
+        result = self.clone()
+        torch.ops.detops.put_(result, index, source, accumulate)
+        return result
+
+    @put.register_fake
+    def _(self, index, source, accumulate=False):
+        return torch.empty_like(self)
+
+
+_COMPANIONS = {"detops::put": _define_put}
+
+
+def written_arguments(overload: torch._ops.OpOverload) -> List[str]:
+    """The names of the arguments ``overload`` writes (``Tensor(a!)``), in schema order."""
+    return [a.name for a in overload._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+
+
+def functional_overload(op: str) -> torch._ops.OpOverload:
+    """The ``torch.ops.detops`` overload computing the result of the writing overload ``op``
+    (``aten::name[.overload]`` spelling), from :data:`detops._fake.FUNCTIONAL_OVERLOADS`."""
+    from ._fake import FUNCTIONAL_OVERLOADS
+
+    if op not in FUNCTIONAL_OVERLOADS:
+        raise KeyError(f"{op} writes an argument but has no entry in detops._fake.FUNCTIONAL_OVERLOADS")
+    target = FUNCTIONAL_OVERLOADS[op]
+    namespace, _, rest = target.partition("::")
+    if namespace == "detops":
+        _COMPANIONS[target]()
+    name, _, overload = rest.partition(".")
+    return getattr(getattr(torch.ops.detops, name), overload or "default")
+
+
+def _bind(schema, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """Every argument of ``schema`` by name, defaults filled in."""
+    bound: Dict[str, Any] = {}
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    for arg, value in zip(positional, args):
+        bound[arg.name] = value
+    for arg in schema.arguments:
+        if arg.name in bound:
+            continue
+        if arg.name in kwargs:
+            bound[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            bound[arg.name] = arg.default_value
+        else:
+            raise TypeError(f"{schema.name}: missing argument {arg.name!r}")
+    return bound
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and torch._is_functional_tensor(value):
+        torch._sync(value)
+        return torch._from_functional_tensor(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(v) for v in value)
+    return value
+
+
+def _call(overload: torch._ops.OpOverload, bound: Dict[str, Any]) -> Tuple[torch.Tensor, ...]:
+    args = [bound[a.name] for a in overload._schema.arguments if not a.kwarg_only]
+    kwargs = {a.name: bound[a.name] for a in overload._schema.arguments if a.kwarg_only}
+    result = overload(*args, **kwargs)
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+
+def _kernel(writing: torch._ops.OpOverload, functional: torch._ops.OpOverload):
+    schema = writing._schema
+    written = written_arguments(writing)
+    taken = {a.name for a in functional._schema.arguments}
+    dropped = [name for name in written if name not in taken]  # the out arguments
+
+    def functionalize(*args, **kwargs):
+        bound = _bind(schema, args, kwargs)
+        targets = [bound[name] for name in written]
+        inputs = {name: _unwrap(value) for name, value in bound.items() if name not in dropped}
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(DispatchKey.Functionalize)):
+            results = _call(functional, inputs)
+        # NB: as aten's functionalization of its own in-place and out operators: the written argument takes
+        # the functional result's value, then its pending update is committed and its aliases synced.
+        for target, result in zip(targets, results):
+            torch._functionalize_replace(target, result)
+            torch._functionalize_commit_update(target)
+            torch._functionalize_sync(target)
+        return targets[0] if len(targets) == 1 else tuple(targets)
+
+    return functionalize
+
+
+def register_all(covered: Sequence[str]) -> List[str]:
+    """Registers the ``Functionalize`` kernel of every twin in ``covered`` that writes an argument (once per
+    overload); returns the overloads that got one."""
+    done = []
+    for op in covered:
+        name, _, overload = op.split("::", 1)[1].partition(".")
+        twin = getattr(getattr(torch.ops.detops, name), overload or "default")
+        if not written_arguments(twin):
+            continue
+        if op not in _REGISTERED:
+            kernel = _kernel(twin, functional_overload(op))
+            _LIBRARY.impl(twin, kernel, "Functionalize")
+            _REGISTERED[op] = kernel
+        done.append(op)
+    return done
