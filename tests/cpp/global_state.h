@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 
 namespace detops::testing {
 
@@ -11,10 +12,12 @@ struct RestoreGlobalState {
   const bool warn_only = context.deterministicAlgorithmsWarnOnly();
   const bool cudnn_deterministic = context.deterministicCuDNN();
   const bool cudnn_benchmark = context.benchmarkCuDNN();
+  const int num_threads = at::get_num_threads();
   ~RestoreGlobalState() {
     context.setDeterministicAlgorithms(flag, warn_only);
     context.setDeterministicCuDNN(cudnn_deterministic);
     context.setBenchmarkCuDNN(cudnn_benchmark);
+    at::set_num_threads(num_threads);
   }
 };
 
