@@ -138,6 +138,8 @@ FUNCTIONAL_OVERLOADS: Dict[str, str] = {
     "aten::scatter_reduce.two_out": "aten::scatter_reduce.two",
     "aten::index_reduce_": "aten::index_reduce",
     "aten::index_reduce.out": "aten::index_reduce",
+    "aten::_upsample_bilinear2d_aa_backward.grad_input": "aten::_upsample_bilinear2d_aa_backward",
+    "aten::_upsample_bicubic2d_aa_backward.grad_input": "aten::_upsample_bicubic2d_aa_backward",
     **{f"aten::{kind}_pad{n}d_backward.grad_input": f"aten::{kind}_pad{n}d_backward"
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
 }

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 from torch._C import DispatchKey
 
-__all__ = ["functional_overload", "register_all", "written_arguments"]
+__all__ = ["functional_overload", "register_all", "registered", "written_arguments"]
 
 _LIBRARY = torch.library.Library("detops", "IMPL")
 _REGISTERED: Dict[str, Any] = {}
@@ -127,16 +127,25 @@ def _kernel(writing: torch._ops.OpOverload, functional: torch._ops.OpOverload):
 
 def register_all(covered: Sequence[str]) -> List[str]:
     """Registers the ``Functionalize`` kernel of every twin in ``covered`` that writes an argument (once per
-    overload); returns the overloads that got one."""
-    done = []
+    overload); returns the writing overloads without a :data:`detops._fake.FUNCTIONAL_OVERLOADS` line (they
+    keep torch's behaviour: no functionalization)."""
+    from ._fake import FUNCTIONAL_OVERLOADS
+
+    missing = []
     for op in covered:
         name, _, overload = op.split("::", 1)[1].partition(".")
         twin = getattr(getattr(torch.ops.detops, name), overload or "default")
-        if not written_arguments(twin):
+        if not written_arguments(twin) or op in _REGISTERED:
             continue
-        if op not in _REGISTERED:
-            kernel = _kernel(twin, functional_overload(op))
-            _LIBRARY.impl(twin, kernel, "Functionalize")
-            _REGISTERED[op] = kernel
-        done.append(op)
-    return done
+        if op not in FUNCTIONAL_OVERLOADS:
+            missing.append(op)
+            continue
+        kernel = _kernel(twin, functional_overload(op))
+        _LIBRARY.impl(twin, kernel, "Functionalize")
+        _REGISTERED[op] = kernel
+    return missing
+
+
+def registered() -> List[str]:
+    """The writing overloads that have a Functionalize kernel."""
+    return list(_REGISTERED)
