@@ -22,7 +22,8 @@ namespace {
 constexpr const char* kOp = "histc";
 
 // Dtypes detops computes: the floating dtypes stock CUDA histc takes (float and double; it rejects half
-// and bfloat16). Integer histc is deterministic in stock CUDA (integer atomics) and goes there.
+// and bfloat16, which the CPU twin counts as float). Integer histc is deterministic in stock CUDA (integer
+// atomics) and goes there.
 bool histc_engine_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble;
 }
@@ -53,9 +54,19 @@ std::pair<double, double> histc_range(const at::Tensor& self, const at::Scalar& 
   return {static_cast<double>(lo), static_cast<double>(hi)};
 }
 
+bool cpu_reduced_precision(const at::Tensor& self) {
+  return !self.is_cuda() && (self.scalar_type() == at::kHalf || self.scalar_type() == at::kBFloat16);
+}
+
 }  // namespace
 
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  if (cpu_reduced_precision(self)) {
+    // NB: stock CPU histc bins half/bfloat16 against edges rounded to the input dtype and, for bfloat16,
+    // puts values in wrong bins and writes past the histogram (heap corruption in torch 2.11; stock CUDA
+    // rejects both dtypes). The twin counts the values, converted exactly to float, as for float input.
+    return detops::histc(self.to(at::kFloat), bins, min, max).to(self.scalar_type());
+  }
   if (!histc_engine_dtype(self.scalar_type())) {
     return self.is_cuda() ? at::cuda::histc(self, bins, min, max) : at::cpu::histc(self, bins, min, max);
   }
@@ -78,7 +89,7 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
 // As stock CUDA's _histc_out_cuda: the functional result, out resized to it and copied in (any dtype).
 at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max,
                       at::Tensor& out) {
-  if (!histc_engine_dtype(self.scalar_type())) {
+  if (!histc_engine_dtype(self.scalar_type()) && !cpu_reduced_precision(self)) {
     return self.is_cuda() ? at::cuda::histc_outf(self, bins, min, max, out)
                           : at::cpu::histc_outf(self, bins, min, max, out);
   }

@@ -111,12 +111,25 @@ def test_empty_zero_dim_and_non_contiguous(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_and_bfloat16_are_stocks_on_the_cpu(dtype):
+def test_half_and_bfloat16_are_counted_as_float_on_the_cpu(dtype):
     # Stock CUDA rejects them (half: "HalfTensor is not supported"; bfloat16 is not dispatched); on the CPU
-    # the twin is stock's CPU kernel.
+    # the twin counts the values converted exactly to float and rounds the counts to the input dtype.
     x = torch.randn(500).to(dtype)
-    assert torch.equal(twin(x, 10), torch.histc(x, 10))
-    assert torch.equal(twin(x, 10, -1, 1), torch.histc(x, 10, -1, 1))
+    for args in ((10,), (10, -1, 1), (1000, -3, 3)):
+        assert_bitwise_equal(twin(x, *args), twin(x.float(), *args).to(dtype))
+    out = torch.empty(0, dtype=dtype)
+    assert twin_out(x, 10, -1, 1, out=out) is out
+    assert_bitwise_equal(out, twin(x.float(), 10, -1, 1).to(dtype))
+
+
+def test_bfloat16_on_the_cpu_lands_in_the_right_bin():
+    # Stock CPU (2.11) bins bfloat16 against bfloat16-rounded edges: 2.984375 with 1000 bins over [-3, 3]
+    # lands in bin 4, and repeated calls write past the histogram (heap corruption). Bin 997 is the float one.
+    x = torch.tensor([2.984375], dtype=torch.bfloat16)
+    for _ in range(50):
+        got = twin(x, 1000, -3, 3)
+        assert got.dtype == torch.bfloat16
+        assert got.nonzero().flatten().tolist() == [997] and got.sum().item() == 1
 
 
 def test_integer_input_goes_to_stock():
@@ -171,7 +184,9 @@ def test_opinfo_samples_match_stock():
     count = 0
     for dtype in ENGINE_DTYPES + [torch.float16, torch.bfloat16]:
         for sample in ops[0].sample_inputs("cpu", dtype):
-            ref = torch.histc(sample.input, *sample.args, **sample.kwargs)
+            # Half and bfloat16: against float (stock CPU's own reduced-precision bins are not float's).
+            x = sample.input.float() if dtype in (torch.float16, torch.bfloat16) else sample.input
+            ref = torch.histc(x, *sample.args, **sample.kwargs).to(dtype)
             got = twin(sample.input, *sample.args, **sample.kwargs)
             assert got.dtype == ref.dtype and torch.equal(got, ref), f"{dtype} {sample}"
             count += 1
