@@ -17,10 +17,11 @@ from typing import Iterator, List, Optional
 import torch
 
 from ._version import __version__
-from .routing import padding_routed, route_padding
+from .routing import compile_routed, padding_routed, route_compile, route_padding
 
 __all__ = [
     "__version__",
+    "compile_routed",
     "covered_ops",
     "disable",
     "enable",
@@ -30,6 +31,7 @@ __all__ = [
     "load_library",
     "mode",
     "padding_routed",
+    "route_compile",
     "route_padding",
     "set_mode",
     "set_strict",
@@ -101,12 +103,13 @@ def load_library(path: Optional[str] = None) -> str:
 
 def set_mode(name: str) -> None:
     """``"auto"`` (default: detops when the deterministic flag is on), ``"always"`` or ``"off"``. Also turns
-    the routing of ``F.pad(mode='replicate')`` to the aten op on (auto, always) or off (off); see
-    :func:`route_padding`."""
+    the routing of ``F.pad(mode='replicate')`` and of ``torch.compile`` to the aten ops on (auto, always) or
+    off (off); see :func:`route_padding` and :func:`route_compile`."""
     if name not in _MODES:
         raise ValueError(f"detops.set_mode(): unknown mode {name!r}; expected one of {_MODES}")
     torch.ops.detops.set_mode(name)
     route_padding(name != "off")
+    route_compile(name != "off")
 
 
 def get_mode() -> str:
@@ -127,14 +130,15 @@ def disable() -> None:
 
 @contextlib.contextmanager
 def mode(name: str) -> Iterator[None]:
-    """Runs the block in mode ``name`` and restores the previous mode (and padding routing) afterwards."""
-    previous, routed = get_mode(), padding_routed()
+    """Runs the block in mode ``name`` and restores the previous mode (and both routings) afterwards."""
+    previous, routed, compiled = get_mode(), padding_routed(), compile_routed()
     set_mode(name)
     try:
         yield
     finally:
         set_mode(previous)
         route_padding(routed)
+        route_compile(compiled)
 
 
 def set_strict(enabled: bool) -> None:
@@ -164,6 +168,7 @@ def covered_ops() -> List[str]:
 
 load_library()
 route_padding(get_mode() != "off")  # F.pad(mode='replicate') on CUDA reaches detops' backward (detops.routing)
+route_compile(get_mode() != "off")  # compiled graphs keep the covered aten calls (detops.routing)
 
 from ._fake import register_all as _register_fakes  # noqa: E402
 
@@ -181,6 +186,6 @@ from .doctor import doctor  # noqa: E402
 
 __all__ += ["doctor"]
 
-from .audit import audit  # noqa: E402
+from .audit import audit, audit_compiled  # noqa: E402
 
-__all__ += ["audit"]
+__all__ += ["audit", "audit_compiled"]

@@ -56,6 +56,8 @@ class AuditResult:
     detops_mode: str
     ran_backward: bool
     error: str = ""  # what fn (or its backward) raised: the overloads up to and including the failing one
+    # "" for an eager run (audit); for audit_compiled, the graphs' source and whether route_compile was on.
+    compiled: str = ""
 
     @property
     def complete(self) -> bool:
@@ -85,6 +87,7 @@ class AuditResult:
             "table_version": self.table_version,
             "detops_mode": self.detops_mode,
             "ran_backward": self.ran_backward,
+            "compiled": self.compiled,
             "ok": self.ok,
             "error": self.error,
             "entries": [e.as_dict() for e in self.entries],
@@ -96,6 +99,8 @@ class AuditResult:
             f"({'forward + backward' if self.ran_backward else 'forward only'}), classified for CUDA under "
             f"torch.use_deterministic_algorithms(True), torch {self.table_version} table"
         ]
+        if self.compiled:
+            lines[0] = lines[0].replace("aten overloads", f"aten overloads in {self.compiled}", 1)
         for category in CATEGORIES:
             entries = [e for e in self.entries if e.category == category]
             if not entries:
@@ -157,6 +162,10 @@ class _Recorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        self.record(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def record(self, func, args, kwargs, note: str = "") -> None:
         op = overload_name(func)
         category, is_covered, stock = classify(op, args, kwargs, self.covered)
         entry = self.entries.get((op, category))
@@ -164,11 +173,12 @@ class _Recorder(TorchDispatchMode):
             entry = AuditEntry(op=op, category=category, covered=is_covered)
             if stock is not None and category != DETERMINISTIC:
                 entry.alert, entry.when, entry.note = stock.alert, stock.when, stock.note
+            if note:
+                entry.note = f"{entry.note}; {note}" if entry.note else note
             self.entries[(op, category)] = entry
         entry.count += 1
         if self.phase not in entry.phases:
             entry.phases.append(self.phase)
-        return func(*args, **kwargs)
 
 
 def _grad_outputs(out: Any) -> List[torch.Tensor]:
@@ -205,3 +215,88 @@ def audit(fn: Callable[..., Any], *args: Any, raise_errors: bool = False, **kwar
     return AuditResult(entries=entries, torch_version=torch.__version__,
                        table_version=stock_table.TORCH_VERSION, detops_mode=get_mode(),
                        ran_backward=ran_backward, error=error)
+
+
+# Overloads whose inductor lowering calls the aten op anyway under the deterministic flag (torch 2.11,
+# torch/_inductor/lowering.py: index_put_impl_ and scatter_fallback / use_scatter_fallback).
+_INDUCTOR_FALLS_BACK_UNDER_FLAG = ("index_put", "index_put_", "_unsafe_index_put", "scatter", "scatter_",
+                                   "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_")
+LOWERED_BY_INDUCTOR = "inductor lowers it to its own code (no aten call: the kernel named here does not run)"
+
+
+def _lowered_by_inductor(func) -> bool:
+    from torch._inductor import lowering
+
+    if func not in lowering.lowerings or func in lowering.fallbacks:
+        return False
+    return func._schema.name.split("::", 1)[1] not in _INDUCTOR_FALLS_BACK_UNDER_FLAG
+
+
+def _node_values(value: Any) -> Any:
+    from torch.utils._pytree import tree_map_only
+
+    return tree_map_only(torch.fx.Node, lambda n: n.meta.get("val"), value)
+
+
+def audit_compiled(fn: Callable[..., Any], *args: Any, raise_errors: bool = False, **kwargs: Any) -> AuditResult:
+    """Compiles ``fn`` with ``torch.compile`` as inductor would trace it and classifies the aten calls of
+    the compiled graphs (forward, and backward if the result requires grad) like :func:`audit`.
+
+    The graphs are the ones inductor receives: AOTAutograd with inductor's decomposition table
+    (``torch._inductor.decomposition.select_decomp_table()``, so :func:`detops.route_compile` applies),
+    traced with ``torch.use_deterministic_algorithms(True)`` (restored afterwards). A backend captures them
+    and runs them eagerly, so no GPU and no code generation is needed: CPU or meta inputs are enough.
+    Calls that inductor lowers to its own code rather than calling aten are noted ("inductor lowers it");
+    the rest are extern aten calls, which detops' overrides catch on CUDA. ``torch._dynamo.reset()`` is
+    called before and after (functions compiled earlier are compiled again on their next call)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor import lowering  # noqa: F401 - some of inductor's decompositions use it
+    from torch._inductor.decomposition import select_decomp_table
+
+    from . import compile_routed, covered_ops, get_mode
+
+    graphs: List[Tuple[str, torch.fx.GraphModule]] = []
+
+    def capture(phase: str):
+        def compiler(gm: torch.fx.GraphModule, example_inputs):
+            graphs.append((phase, gm))
+            return make_boxed_func(gm.forward)
+
+        return compiler
+
+    backend = aot_autograd(fw_compiler=capture("forward"), bw_compiler=capture("backward"),
+                           decompositions=select_decomp_table())
+    flag = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    ran_backward = False
+    error = ""
+    torch._dynamo.reset()
+    torch.use_deterministic_algorithms(True)
+    try:
+        out = torch.compile(fn, backend=backend)(*args, **kwargs)
+        outputs = _grad_outputs(out)
+        if outputs:
+            ran_backward = True
+            torch.autograd.backward(outputs, [torch.ones_like(t) for t in outputs])
+    except Exception as exc:  # noqa: BLE001 - reported in the result
+        if raise_errors:
+            raise
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    finally:
+        torch.use_deterministic_algorithms(flag[0], warn_only=flag[1])
+        torch._dynamo.reset()
+
+    recorder = _Recorder(covered_ops())
+    for phase, gm in graphs:
+        recorder.phase = phase
+        for node in gm.graph.nodes:
+            if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+                continue
+            note = LOWERED_BY_INDUCTOR if _lowered_by_inductor(node.target) else ""
+            recorder.record(node.target, _node_values(node.args), _node_values(node.kwargs), note)
+    entries = sorted(recorder.entries.values(), key=lambda e: (CATEGORIES.index(e.category), e.op))
+    routed = "on" if compile_routed() else "off"
+    return AuditResult(entries=entries, torch_version=torch.__version__,
+                       table_version=stock_table.TORCH_VERSION, detops_mode=get_mode(),
+                       ran_backward=ran_backward, error=error,
+                       compiled=f"the graphs inductor compiles (detops.route_compile {routed})")
