@@ -124,13 +124,14 @@ UpsampleAaTables build_tables(AaFilter filter, int64_t ih, int64_t iw, int64_t o
   t.row_out = t.row_start + static_cast<int64_t>(rs.size());
   t.col_start = t.row_out + static_cast<int64_t>(ro.size());
   t.col_out = t.col_start + static_cast<int64_t>(cs.size());
+  t.weights_at = t.col_out + static_cast<int64_t>(co.size());
   t.row_w = 0;
   t.col_w = static_cast<int64_t>(rw.size());
-  at::Tensor index = at::empty({t.col_out + static_cast<int64_t>(co.size())}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor weights = at::empty({t.col_w + static_cast<int64_t>(cw.size())},
-                                 at::TensorOptions().dtype(c10::CppTypeToScalarType<acc_t>::value));
-  int64_t* ip = index.data_ptr<int64_t>();
-  acc_t* wp = weights.data_ptr<acc_t>();
+  const int64_t weight_bytes = static_cast<int64_t>((rw.size() + cw.size()) * sizeof(acc_t));
+  const int64_t words = t.weights_at + (weight_bytes + 7) / 8;
+  at::Tensor blob = at::empty({words}, at::TensorOptions().dtype(at::kLong));
+  int64_t* ip = blob.data_ptr<int64_t>();
+  acc_t* wp = reinterpret_cast<acc_t*>(ip + t.weights_at);
   const auto put = [](auto* dst, const auto& v) {
     if (!v.empty()) std::memcpy(dst, v.data(), v.size() * sizeof(v[0]));
   };
@@ -140,8 +141,7 @@ UpsampleAaTables build_tables(AaFilter filter, int64_t ih, int64_t iw, int64_t o
   put(ip + t.col_out, co);
   put(wp + t.row_w, rw);
   put(wp + t.col_w, cw);
-  t.index = index.to(device);
-  t.weights = weights.to(device);
+  t.blob = blob.to(device);
   return t;
 }
 

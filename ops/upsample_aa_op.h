@@ -163,13 +163,14 @@ struct UpsampleAaBackwardOp {
 
 namespace detops {
 
-// The per-call tables, built on the host (ops/upsample_aa.cpp) and moved to grad_in's device: `index` holds
-// the rows' then the columns' offsets and outputs (int64), `weights` their weights (acc_t of the dtype).
+// The per-call tables, built on the host (ops/upsample_aa.cpp) and moved to grad_in's device in one copy:
+// `blob` (int64) holds the rows' then the columns' offsets and outputs, then from `weights_at` their weights
+// (acc_t of the dtype, rows' then columns', 8-byte aligned).
 struct UpsampleAaTables {
-  at::Tensor index;
-  at::Tensor weights;
-  int64_t row_start, row_out, row_w;  // offsets into index / weights
-  int64_t col_start, col_out, col_w;
+  at::Tensor blob;
+  int64_t row_start, row_out, col_start, col_out;  // int64 offsets into blob
+  int64_t weights_at;                              // int64 offset of the weights in blob
+  int64_t row_w, col_w;                            // acc_t offsets into the weights
 };
 
 template <typename scalar_t>
@@ -183,8 +184,8 @@ UpsampleAaBackwardOp<scalar_t> make_upsample_aa_backward_op(at::Tensor& grad_in,
   op.iw = grad_in.size(3);
   op.oh = grad_out.size(2);
   op.ow = grad_out.size(3);
-  const int64_t* index = t.index.const_data_ptr<int64_t>();
-  const acc_t* weights = t.weights.const_data_ptr<acc_t>();
+  const int64_t* index = t.blob.const_data_ptr<int64_t>();
+  const acc_t* weights = reinterpret_cast<const acc_t*>(index + t.weights_at);
   op.rows = {index + t.row_start, index + t.row_out, weights + t.row_w};
   op.cols = {index + t.col_start, index + t.col_out, weights + t.col_w};
   return op;
@@ -196,8 +197,9 @@ template <typename Engine>
 void upsample_aa_backward_compute(at::Tensor& grad_in, const at::Tensor& grad_out, const UpsampleAaTables& t) {
   const int64_t n = grad_in.numel();
   if (n == 0) return;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_upsample_aa_backward",
-                                  [&] { Engine::for_each(make_upsample_aa_backward_op<scalar_t>(grad_in, grad_out, t), n); });
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_upsample_aa_backward", [&] {
+    Engine::for_each(make_upsample_aa_backward_op<scalar_t>(grad_in, grad_out, t), n);
+  });
 }
 
 namespace cuda {

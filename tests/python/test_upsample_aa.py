@@ -377,8 +377,10 @@ def _raises_both(mode, args, pattern):
 @pytest.mark.parametrize("mode", MODES)
 def test_bad_inputs_raise_clear_errors(mode):
     g = torch.randn(2, 3, 4, 5)
-    _raises_both(mode, (g, [4, 5], [2, 3, 8], False), re.escape("It is expected input_size equals to 4, but got size 3"))
-    _raises_both(mode, (g, [4], [2, 3, 8, 10], False), re.escape("It is expected output_size equals to 2, but got size 1"))
+    _raises_both(mode, (g, [4, 5], [2, 3, 8], False),
+                 re.escape("It is expected input_size equals to 4, but got size 3"))
+    _raises_both(mode, (g, [4], [2, 3, 8, 10], False),
+                 re.escape("It is expected output_size equals to 2, but got size 1"))
     _raises_both(mode, (g, [4, 5], [2, 3, 0, 10], False),
                  re.escape("Input and output sizes should be greater than 0, but got input (H: 0, W: 10) output "
                            "(H: 4, W: 5)"))
