@@ -167,7 +167,10 @@ def run(device: str, selected, warmup: int, reps: int, budget_s: float, max_sets
                 timer = _time_cpu
             bytes_min = sets[0].min_bytes
             for variant, setting in variants.items():
-                fn = C.twin_op(case.op) if variant == "detops_cpu" else C.aten_op(case.op)
+                if variant == "detops_cpu":
+                    fn = C.twin_op(case.op)
+                else:
+                    fn = C.stock_cpu_op(case) if variant == "stock_cpu" else C.aten_op(case.op)
                 if setting is not None:
                     _settings(*setting)
                 try:

@@ -34,14 +34,18 @@ inline Launch2D launch_2d(int64_t rows, int64_t cols) {
   return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(tx, ty)};
 }
 
-// One thread per contribution: its destination key, or num_keys (sorted last, never written) if invalid.
-// NB: positions are computed in 64 bits before the bound check: near 2^31 contributions the 32-bit
-// product of block and thread indices would wrap past the check.
+// One thread per contribution: its destination key, or num_keys (sorted last, never written) if invalid or
+// skipped (kSkipKey, ops/contract.h). NB: positions are computed in 64 bits before the bound check: near 2^31
+// contributions the 32-bit product of block and thread indices would wrap past the check.
 template <typename KeyT, typename Op>
 __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t k = op.key(i);
+  if (k == kSkipKey) {
+    keys[i] = static_cast<KeyT>(num_keys);
+    return;
+  }
   const bool ok = k >= 0 && k < num_keys;
   CUDA_KERNEL_ASSERT(ok && "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
   keys[i] = static_cast<KeyT>(ok ? k : num_keys);
@@ -99,9 +103,9 @@ void reduce_plan(const Op& op, const SegmentPlan& plan, int64_t num_keys, int64_
   }
 }
 
-// The engine's entry for one call of op `name`. Op provides key(i) (-1 if invalid), contribution(i, c) and
-// finalize(key, c, acc) as __host__ __device__ members over device pointers, and optionally a Combine type
-// (default AddRn, combine_of_t in ops/contract.h). Current stream, no sync.
+// The engine's entry for one call of op `name`. Op provides key(i) (-1 if invalid, kSkipKey to drop the
+// contribution), contribution(i, c) and finalize(key, c, acc) as __host__ __device__ members over device
+// pointers, and optionally a Combine type (default AddRn, combine_of_t in ops/contract.h). Current stream, no sync.
 // Positions are 32-bit: a call of 2^31 or more contributions is rejected (kMaxContributions).
 template <typename acc_t, typename Op>
 void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,

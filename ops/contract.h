@@ -16,6 +16,10 @@ namespace detops {
 // Block length of the fixed reduction tree. NB: part of the contract; changing it changes the bits.
 constexpr int kBlock = 32;
 
+// A sort-reduce op's key(i) for a contribution that goes nowhere (a grid sampler tap outside the input with
+// zeros padding): both engines drop it without error, unlike an invalid key, which is an index error.
+constexpr int64_t kSkipKey = INT64_MIN;
+
 template <typename scalar_t>
 using acc_type = at::opmath_type<scalar_t>;
 

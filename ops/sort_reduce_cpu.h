@@ -22,17 +22,24 @@ std::vector<int64_t> stable_sort_by_key(const std::vector<int64_t>& keys, int64_
 // Start offsets of runs of equal keys in `sorted` (plus a final n).
 std::vector<int64_t> segment_starts(const std::vector<int64_t>& keys, const std::vector<int64_t>& perm);
 
-// Op provides: key(i) -> destination in [0, num_keys) (already validated by the front end),
-// contribution(i, c) -> acc_t, finalize(key, c, acc_t), and optionally a Combine type (default AddRn,
-// combine_of_t in ops/contract.h). i is the source position, c a column of D.
+// Op provides: key(i) -> destination in [0, num_keys) (already validated by the front end) or kSkipKey
+// (dropped), contribution(i, c) -> acc_t, finalize(key, c, acc_t), and optionally a Combine type (default
+// AddRn, combine_of_t in ops/contract.h). i is the source position, c a column of D.
 template <typename acc_t, typename Op>
 void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   if (n == 0 || D == 0) return;
   std::vector<int64_t> keys(n);
-  for (int64_t i = 0; i < n; ++i) keys[i] = op.key(i);
-  const std::vector<int64_t> perm = stable_sort_by_key(keys, num_keys);
+  bool any_skipped = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = op.key(i);
+    // A skipped contribution takes key num_keys: sorted after every real key, its segment is never reduced.
+    any_skipped = any_skipped || k == kSkipKey;
+    keys[i] = k == kSkipKey ? num_keys : k;
+  }
+  const std::vector<int64_t> perm = stable_sort_by_key(keys, any_skipped ? num_keys + 1 : num_keys);
   const std::vector<int64_t> starts = segment_starts(keys, perm);
-  const int64_t num_segments = static_cast<int64_t>(starts.size()) - 1;
+  int64_t num_segments = static_cast<int64_t>(starts.size()) - 1;
+  if (any_skipped) --num_segments;  // the last segment holds the skipped contributions
   const int64_t grain = std::max<int64_t>(1, 2048 / D);
   at::parallel_for(0, num_segments, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> buf;

@@ -78,6 +78,16 @@ def _upsample_bicubic2d_aa_backward(grad_output, output_size, input_size, *args,
     return grad_output.new_empty(list(input_size))
 
 
+def _grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+    # (grad_input, grad_grid), both contiguous; grad_input is None when output_mask[0] is false, as in stock.
+    grad_input = _contiguous_like(input) if output_mask[0] else None
+    return grad_input, _contiguous_like(grid)
+
+
+def _cudnn_grid_sampler_backward(self, grid, grad_output):
+    return _contiguous_like(self), _contiguous_like(grid)
+
+
 # The functional result of each aten operator detops covers, by name (no overload): a tensor, or a tuple for
 # an operator with several results (an out overload then resizes its out arguments in order).
 FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
@@ -106,6 +116,9 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
     "scatter_reduce_": _like_self,
     "index_reduce": _like_self,
     "index_reduce_": _like_self,
+    "grid_sampler_2d_backward": _grid_sampler_backward,
+    "grid_sampler_3d_backward": _grid_sampler_backward,
+    "cudnn_grid_sampler_backward": _cudnn_grid_sampler_backward,
     **{f"{kind}_pad{n}d_backward": _pool_like_self_in_its_format
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
     "_upsample_bilinear2d_aa_backward": _upsample_bilinear2d_aa_backward,

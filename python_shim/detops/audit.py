@@ -20,9 +20,10 @@ from . import stock_table
 
 DETERMINISTIC = "deterministic in stock"
 SLOW_FALLBACK = "stock deterministic fallback (slow)"
+ATOMICS_NO_ALERT = "no alert in stock, but atomics (bits vary from run to run)"
 COVERED = "throws in stock, covered by detops"
 NOT_COVERED = "throws, not covered"
-CATEGORIES = (NOT_COVERED, COVERED, SLOW_FALLBACK, DETERMINISTIC)
+CATEGORIES = (NOT_COVERED, COVERED, ATOMICS_NO_ALERT, SLOW_FALLBACK, DETERMINISTIC)
 
 
 def overload_name(func: Any) -> str:
@@ -115,6 +116,8 @@ class AuditResult:
                     detail.append(e.when)
                 if category == SLOW_FALLBACK:
                     detail.append("detops kernel" if e.covered else (e.alert or ""))
+                elif category == ATOMICS_NO_ALERT:
+                    detail.append("detops kernel" if e.covered else f"stock: {e.alert}")
                 elif e.alert:
                     detail.append(f'alert "{e.alert}"')
                 if e.note:
@@ -143,6 +146,8 @@ def classify(op: str, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]]
         return DETERMINISTIC, is_covered, entry
     if entry.kind == stock_table.SLOW:
         return SLOW_FALLBACK, is_covered, entry
+    if entry.kind == stock_table.ATOMICS:
+        return ATOMICS_NO_ALERT, is_covered, entry
     return (COVERED if is_covered else NOT_COVERED), is_covered, entry
 
 

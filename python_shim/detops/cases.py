@@ -18,7 +18,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-__all__ = ["Call", "Case", "cases", "all_cases", "aten_op", "twin_op", "stock_under_flag", "fresh_args",
+__all__ = ["Call", "Case", "cases", "all_cases", "aten_op", "stock_cpu_op", "twin_op", "stock_under_flag", "fresh_args",
            "output_tensors"]
 
 
@@ -49,6 +49,9 @@ class Case:
     shape: str
     build: Builder
     what: str  # one line: the shape in words
+    # Stock's CPU computation of the same result, same arguments, for an op without a CPU kernel
+    # (cudnn_grid_sampler_backward); None: the aten op itself.
+    stock_cpu: Optional[Callable] = None
 
     @property
     def name(self) -> str:
@@ -69,6 +72,11 @@ def _resolve(namespace, op: str):
 def aten_op(op: str):
     """The aten OpOverload, e.g. ``torch.ops.aten.index_add.out`` for ``aten::index_add.out``."""
     return _resolve(torch.ops.aten, op)
+
+
+def stock_cpu_op(case: "Case"):
+    """What the CPU comparisons call as stock for ``case``: the aten op, or the case's own CPU reference."""
+    return case.stock_cpu if case.stock_cpu is not None else aten_op(case.op)
 
 
 def twin_op(op: str):
@@ -113,8 +121,14 @@ def stock_under_flag(op: str) -> str:
         return "deterministic"
     words = []
     for e in entries:
-        what = "throws" if e.kind == stock_table.THROWS else (
-            "deterministic" if e.kind == stock_table.DETERMINISTIC else f"slow fallback ({e.alert})")
+        if e.kind == stock_table.THROWS:
+            what = "throws"
+        elif e.kind == stock_table.DETERMINISTIC:
+            what = "deterministic"
+        elif e.kind == stock_table.ATOMICS:
+            what = f"no alert, atomics ({e.alert})"
+        else:
+            what = f"slow fallback ({e.alert})"
         words.append(f"{what} {e.when}".strip() if e.when else what)
     if all(e.applies is not None for e in entries):
         words.append("deterministic otherwise")
@@ -124,9 +138,9 @@ def stock_under_flag(op: str) -> str:
 _REGISTRY: List[Case] = []
 
 
-def register(op: str, shape: str, what: str) -> Callable[[Builder], Builder]:
+def register(op: str, shape: str, what: str, stock_cpu: Optional[Callable] = None) -> Callable[[Builder], Builder]:
     def wrap(build: Builder) -> Builder:
-        _REGISTRY.append(Case(op, shape, build, what))
+        _REGISTRY.append(Case(op, shape, build, what, stock_cpu))
         return build
 
     return wrap
@@ -666,3 +680,52 @@ for _mode in ("bilinear", "bicubic"):
         for _shape, _what, _full, _small in _UPSAMPLE_AA_CASES:
             register(f"aten::_upsample_{_mode}2d_aa_backward{_suffix}", _shape, _what)(
                 _upsample_aa(_kind, _full, _small))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Grid sampler backwards: a spatial transformer's sampling grid (a random affine map near the identity, some
+# points outside the input) over a feature map; grad_output [N, C, grid sizes].
+
+def _affine_grid(n: int, size, g, device) -> torch.Tensor:
+    dims = len(size) - 2
+    eye = torch.eye(dims, dims + 1).expand(n, dims, dims + 1)
+    theta = eye + 0.2 * _randn((n, dims, dims + 1), g, "cpu")
+    return torch.nn.functional.affine_grid(theta, list(size), align_corners=False).to(device)
+
+
+def _grid_sampler(kind: str, full_in, small_in, full_out, small_out, interpolation: int, padding: int,
+                  align_corners: bool) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        in_shape, out_shape = (full_in, full_out) if full else (small_in, small_out)
+        n, c = in_shape[:2]
+        input_ = _randn(in_shape, g, device)
+        grid = _affine_grid(n, (n, c) + tuple(out_shape), g, device)
+        grad_output = _randn((n, c) + tuple(out_shape), g, device)
+        # grid and grad_grid, grad_output, the input once and grad_input once
+        min_bytes = 2 * grid.numel() * ES + grad_output.numel() * ES + 2 * input_.numel() * ES
+        if kind == "cudnn":
+            return Call((input_, grid, grad_output), {}, min_bytes=min_bytes)
+        args = (grad_output, input_, grid, interpolation, padding, align_corners, [True, True])
+        return Call(args, {}, min_bytes=min_bytes)
+
+    return build
+
+
+def _cudnn_reference(self, grid, grad_output):
+    """cuDNN's sampler backward is the native 2-d backward with bilinear, zeros, align_corners=True."""
+    return torch.ops.aten.grid_sampler_2d_backward(grad_output, self, grid, 0, 0, True, [True, True])
+
+
+register("aten::grid_sampler_2d_backward", "spatial_transformer",
+         "STN: 32x64x64x64 input, 64x64 affine grid, bilinear, zeros")(
+    _grid_sampler("native", (32, 64, 64, 64), (2, 3, 8, 9), (64, 64), (6, 7), 0, 0, False))
+register("aten::grid_sampler_2d_backward", "bicubic_reflection",
+         "warp: 16x32x64x64 input, 64x64 affine grid, bicubic, reflection")(
+    _grid_sampler("native", (16, 32, 64, 64), (2, 3, 8, 9), (64, 64), (6, 7), 2, 2, False))
+register("aten::grid_sampler_3d_backward", "volume",
+         "3-D STN: 4x16x32x32x32 volume, 32^3 affine grid, trilinear, border")(
+    _grid_sampler("native", (4, 16, 32, 32, 32), (1, 2, 4, 5, 6), (32, 32, 32), (3, 4, 5), 0, 1, False))
+register("aten::cudnn_grid_sampler_backward", "spatial_transformer",
+         "STN on the cuDNN route: 32x64x64x64 input, 64x64 affine grid (bilinear, zeros, align_corners)",
+         stock_cpu=_cudnn_reference)(
+    _grid_sampler("cudnn", (32, 64, 64, 64), (2, 3, 8, 9), (64, 64), (6, 7), 0, 0, True))

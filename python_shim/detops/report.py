@@ -234,7 +234,7 @@ def _median_time(fn, reps: int) -> float:
 def _measure_case(case: _cases.Case, reruns: int, reps: int, cuda: bool) -> dict:
     g = torch.Generator().manual_seed(0)
     call = case.build(torch.device("cpu"), g, False)
-    twin, stock = _cases.twin_op(case.op), _cases.aten_op(case.op)
+    twin, stock = _cases.twin_op(case.op), _cases.stock_cpu_op(case)
     result = {"op": case.op, "shape": case.shape}
     threads = torch.get_num_threads()
     try:

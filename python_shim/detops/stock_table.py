@@ -27,6 +27,7 @@ TORCH_VERSION = "2.11"
 THROWS = "throws"
 SLOW = "slow"
 DETERMINISTIC = "deterministic"
+ATOMICS = "atomics"  # no alert and no throw, but floating-point atomics: the bits vary from run to run
 
 Condition = Callable[[Sequence[Any], Mapping[str, Any]], bool]
 
@@ -35,8 +36,10 @@ Condition = Callable[[Sequence[Any], Mapping[str, Any]], bool]
 class StockEntry:
     """Stock behaviour of one aten overload on CUDA under the deterministic flag."""
 
-    kind: str  # THROWS, SLOW or DETERMINISTIC
-    alert: str  # the alertNotDeterministic caller string (THROWS) or what stock runs instead (SLOW)
+    kind: str  # THROWS, SLOW, ATOMICS or DETERMINISTIC
+    # the alertNotDeterministic caller string (THROWS), what stock runs instead (SLOW), or the kernel that
+    # adds with atomics without an alert (ATOMICS)
+    alert: str
     when: str = ""  # the condition, in words ("" = always)
     applies: Optional[Condition] = None  # None = always
     note: str = ""
@@ -84,6 +87,10 @@ def _throws(alert: str, wave: int, when: str = "", applies: Optional[Condition] 
 
 def _slow(what: str, when: str = "", applies: Optional[Condition] = None, note: str = "") -> StockEntry:
     return StockEntry(SLOW, what, when=when, applies=applies, note=note)
+
+
+def _atomics(kernel: str, note: str = "", covered_by: str = "") -> StockEntry:
+    return StockEntry(ATOMICS, kernel, note=note, wave=2, covered_by=covered_by)
 
 
 def _decomposed(alert: str, module: str) -> StockEntry:
@@ -170,11 +177,25 @@ STOCK_TABLE: Dict[str, Tuple[StockEntry, ...]] = {
                  _throws("upsample_bilinear2d_aa_backward_out_cuda", 2)),
     **_overloads("_upsample_bicubic2d_aa_backward _upsample_bicubic2d_aa_backward.grad_input",
                  _throws("upsample_bicubic2d_aa_backward_out_cuda", 2)),
-    **_overloads("grid_sampler_2d_backward grid_sampler_2d_backward.out",
+    **_overloads("grid_sampler_2d_backward",
                  _throws("grid_sampler_2d_backward_cuda", 2,
                          note="F.grid_sample may take cuDNN instead (4-D, bilinear, zeros, align_corners=True)")),
-    **_overloads("grid_sampler_3d_backward grid_sampler_3d_backward.out",
-                 _throws("grid_sampler_3d_backward_cuda", 2)),
+    **_overloads("grid_sampler_3d_backward", _throws("grid_sampler_3d_backward_cuda", 2)),
+    # The .out overloads have no CUDA kernel: stock's composite kernel calls the functional one.
+    **_overloads("grid_sampler_2d_backward.out",
+                 _throws("grid_sampler_2d_backward_cuda", 2, note="via grid_sampler_2d_backward",
+                         covered_by="aten::grid_sampler_2d_backward")),
+    **_overloads("grid_sampler_3d_backward.out",
+                 _throws("grid_sampler_3d_backward_cuda", 2, note="via grid_sampler_3d_backward",
+                         covered_by="aten::grid_sampler_3d_backward")),
+    # F.grid_sample's cuDNN route (4-D, bilinear, zeros, align_corners=True, C <= 1024): no alert in 2.11, but
+    # cudnnSpatialTfSamplerBackward accumulates the input gradient with atomics.
+    **_overloads("cudnn_grid_sampler_backward",
+                 _atomics("cudnnSpatialTfSamplerBackward",
+                          note="F.grid_sample's cuDNN route; no alert, atomics (bits vary from run to run)")),
+    **_overloads("cudnn_grid_sampler_backward.out",
+                 _atomics("cudnnSpatialTfSamplerBackward", note="via cudnn_grid_sampler_backward",
+                          covered_by="aten::cudnn_grid_sampler_backward")),
     **_overloads("index_reduce index_reduce_ index_reduce.out", _throws("index_reduce_cuda", 2)),
     **_overloads("median.dim median.dim_values nanmedian.dim nanmedian.dim_values",
                  _throws("median CUDA with indices output", 2)),

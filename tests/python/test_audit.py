@@ -15,7 +15,8 @@ import torch.nn.functional as F
 import detops
 from conftest import assert_bitwise_equal
 from detops import stock_table
-from detops.audit import COVERED, DETERMINISTIC, NOT_COVERED, SLOW_FALLBACK, classify, overload_name
+from detops.audit import (ATOMICS_NO_ALERT, COVERED, DETERMINISTIC, NOT_COVERED, SLOW_FALLBACK, classify,
+                          overload_name)
 
 aten = torch.ops.aten
 DEVICES = ["cpu", "meta"]
@@ -236,6 +237,45 @@ def test_reflection_pads():
     assert result["aten::reflection_pad2d_backward"].covered  # detops overrides it all the same
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_grid_sample_backwards(device):
+    """F.grid_sample off CUDA takes the native kernels: their backwards throw in stock and are covered. On CUDA
+    the 4-D bilinear/zeros/align_corners=True call takes cuDNN, whose backward raises no alert but adds with
+    atomics: its own category, covered by detops too."""
+    x = _x(1, 2, 5, 5, device=device)
+    theta = torch.tensor([[[0.9, 0.1, 0.05], [-0.1, 1.1, 0.0]]], device=device)
+    grid = F.affine_grid(theta, [1, 2, 4, 4], align_corners=False)
+    result = detops.audit(lambda t: F.grid_sample(t, grid, mode="bicubic", align_corners=False), x)
+    assert result["aten::grid_sampler_2d_backward"].category == COVERED
+    assert result["aten::grid_sampler_2d_backward"].alert == "grid_sampler_2d_backward_cuda"
+    x3 = _x(1, 2, 3, 4, 5, device=device)
+    grid3 = F.affine_grid(torch.eye(3, 4, device=device)[None], [1, 2, 2, 3, 4], align_corners=True)
+    result = detops.audit(lambda t: F.grid_sample(t, grid3, align_corners=True), x3)
+    assert result["aten::grid_sampler_3d_backward"].category == COVERED and result.ok
+
+    def cudnn(t):  # stock has neither a CPU nor a meta kernel for it: recorded, then the run stops
+        return aten.cudnn_grid_sampler_backward(t, grid.to("meta"), torch.ones(1, 2, 4, 4, device="meta"))
+
+    result = detops.audit(cudnn, x.detach().to("meta"))
+    entry = result["aten::cudnn_grid_sampler_backward"]
+    assert entry.category == ATOMICS_NO_ALERT and entry.covered
+    assert entry.alert == "cudnnSpatialTfSamplerBackward"
+    assert result.ops(NOT_COVERED) == [] and result.error  # nothing throws under the flag
+    text = result.format()
+    assert ATOMICS_NO_ALERT in text and "detops kernel" in text
+
+
+def test_atomics_category_without_detops():
+    op = "aten::cudnn_grid_sampler_backward"
+    category, covered, entry = classify(op, (), {}, [])
+    assert category == ATOMICS_NO_ALERT and not covered and entry.kind == stock_table.ATOMICS
+    assert classify(op + ".out", (), {}, [op])[:2] == (ATOMICS_NO_ALERT, True)  # through its functional
+    assert classify("aten::grid_sampler_2d_backward.out", (), {}, ["aten::grid_sampler_2d_backward"])[0] == COVERED
+    assert classify("aten::grid_sampler_3d_backward.out", (), {}, [])[0] == NOT_COVERED
+    from detops import cases
+    assert cases.stock_under_flag(op) == "no alert, atomics (cudnnSpatialTfSamplerBackward)"
+
+
 def test_counts_phases_and_dict():
     lin = nn.Linear(4, 4)
     result = detops.audit(lambda x: lin(lin(x)).sum(), _x(2, 4))
@@ -377,6 +417,12 @@ def _grid(dims):
     return build
 
 
+def _cudnn_grid(d):
+    x = _t(1, 1, 4, 4, device=d)
+    grid = torch.rand(1, 3, 3, 2, generator=torch.Generator().manual_seed(2)).to(d) * 2 - 1
+    return (x, grid, torch.ones(1, 1, 3, 3, device=d)), {}
+
+
 def _scatterish(reduce=None):
     def build(d):
         self = _t(5, 3, device=d)
@@ -439,6 +485,7 @@ SAMPLES = {
     "_upsample_bicubic2d_aa_backward": _upsample((1, 1, 8, 8), [8, 8], [1, 1, 4, 4]),
     "grid_sampler_2d_backward": _grid(2),
     "grid_sampler_3d_backward": _grid(3),
+    "cudnn_grid_sampler_backward": _cudnn_grid,
     "index_reduce": _indexish(("prod",)),
     "median.dim": lambda d: ((_t(4, 5, device=d), 1), {}),
     "nanmedian.dim": lambda d: ((_t(4, 5, device=d), 1), {}),
@@ -469,6 +516,21 @@ def _functional_key(name):
     return base + ("." + overload if overload else "")
 
 
+def _has_stock_kernel(key, device):
+    """Whether stock runs table key ``key`` on ``device``: its functional overload has a kernel there
+    (cudnn_grid_sampler_backward has none on the CPU; its .out calls it)."""
+    functional = "aten::" + _functional_key(key.split("::", 1)[1])
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(functional, k)
+               for k in ("CPU" if device == "cpu" else "CUDA", "CompositeExplicitAutograd",
+                         "CompositeImplicitAutograd"))
+
+
+def _runnable(key, device):
+    """The aten overload of functional key ``key``, or its detops twin where stock has no kernel for
+    ``device``."""
+    return _resolve(key) if _has_stock_kernel(key, device) else _twin_of(key)
+
+
 def sample(key, device):
     """(overload, args, kwargs) for a direct call of table key ``key`` on ``device``."""
     name = key.split("::", 1)[1]
@@ -477,7 +539,7 @@ def sample(key, device):
     op = _resolve(key)
     out_names = [a.name for a in op._schema.arguments if a.is_out]
     if out_names:
-        results = _resolve("aten::" + functional)(*args, **kwargs)
+        results = _runnable("aten::" + functional, device)(*args, **kwargs)
         results = results if isinstance(results, (tuple, list)) else (results,)
         kwargs = dict(kwargs, **{n: torch.empty_like(r) for n, r in zip(out_names, results)})
     elif name != functional and name.split(".")[0].endswith("_"):
@@ -489,7 +551,12 @@ def test_every_table_entry_has_a_valid_cpu_sample():
     """The GPU check's inputs are valid: each sample runs on CPU, and picks the entry it is meant to test."""
     for key in stock_table.STOCK_TABLE:
         op, args, kwargs = sample(key, "cpu")
-        op(*args, **kwargs)
+        if _has_stock_kernel(key, "cpu"):
+            op(*args, **kwargs)
+        else:  # no stock CPU kernel: the functional twin checks the inputs as stock's CUDA kernel would
+            functional = "aten::" + _functional_key(key.split("::", 1)[1])
+            f_args, f_kwargs = SAMPLES[functional.split("::", 1)[1]]("cpu")
+            _twin_of(functional)(*f_args, **f_kwargs)
         entry = stock_table.lookup(key, args, kwargs)
         assert entry is not None, f"{key}: the sample does not exercise the table entry"
 
