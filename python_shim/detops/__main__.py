@@ -57,9 +57,10 @@ def doctor_command() -> int:
     return 0
 
 
-def audit_command(target: str, show_all: bool) -> int:
+def audit_command(target: str, show_all: bool, compiled: bool = False) -> int:
     """Imports ``module:function`` (the module from sys.path or the current directory) and audits a call
-    of the function with no arguments; exit status 1 if something would throw, not covered."""
+    of the function with no arguments (``compiled``: the graphs inductor compiles from it,
+    :func:`detops.audit_compiled`); exit status 1 if something would throw, not covered."""
     import importlib
 
     module_name, _, function_name = target.partition(":")
@@ -71,7 +72,7 @@ def audit_command(target: str, show_all: bool) -> int:
     fn = importlib.import_module(module_name)
     for part in function_name.split("."):
         fn = getattr(fn, part)
-    result = detops.audit(fn)
+    result = detops.audit_compiled(fn) if compiled else detops.audit(fn)
     print(result.format(show_deterministic=show_all))
     return 0 if result.ok else 1
 
@@ -93,13 +94,15 @@ def main(argv=None) -> int:
     audit_parser = sub.add_parser("audit", help="classify the aten ops a function hits, for CUDA under the flag")
     audit_parser.add_argument("target", help="module:function, called with no arguments (e.g. a script's main)")
     audit_parser.add_argument("--all", action="store_true", help="list the deterministic overloads one per line")
+    audit_parser.add_argument("--compiled", action="store_true",
+                              help="audit the graphs torch.compile (inductor) makes of the function instead")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
     if args.command == "doctor":
         return doctor_command()
     if args.command == "audit":
-        return audit_command(args.target, args.all)
+        return audit_command(args.target, args.all, args.compiled)
     if args.command == "report":
         from detops.report import run_report
 

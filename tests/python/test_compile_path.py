@@ -215,3 +215,17 @@ def test_compiled_backward_on_cuda_gives_the_same_bits_in_two_processes():
     digests = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                               check=True).stdout.strip().splitlines()[-1] for _ in range(2)]
     assert digests[0] == digests[1] and len(digests[0]) == 64, digests
+
+
+def test_cli_audit_compiled(tmp_path):
+    (tmp_path / "mymodel.py").write_text(
+        "import torch\n\n"
+        "def main():\n"
+        "    rows = torch.randn(6, 4, requires_grad=True)\n"
+        "    return torch.zeros(3, 4).index_add(0, torch.tensor([0, 2, 2, 1, 0, 1]), rows).square().sum()\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path)] + sys.path))
+    proc = subprocess.run([sys.executable, "-m", "detops", "audit", "--compiled", "mymodel:main"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "graphs inductor compiles (detops.route_compile on)" in proc.stdout
+    assert "aten::index_add " in proc.stdout and "index_put" not in proc.stdout
