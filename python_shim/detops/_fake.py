@@ -155,8 +155,6 @@ FUNCTIONAL_OVERLOADS: Dict[str, str] = {
     "aten::_upsample_bicubic2d_aa_backward.grad_input": "aten::_upsample_bicubic2d_aa_backward",
     **{f"aten::{kind}_pad{n}d_backward.grad_input": f"aten::{kind}_pad{n}d_backward"
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
-    **{f"aten::_upsample_{mode}2d_aa_backward.grad_input": f"aten::_upsample_{mode}2d_aa_backward"
-       for mode in ("bilinear", "bicubic")},
 }
 
 
