@@ -177,6 +177,45 @@ TEST(Contract, CpuEngineFoldsWithTheOpsCombine) {
   EXPECT_EQ(got, want);
 }
 
+// Sums float contributions per key; a key of kSkipKey drops its contribution.
+struct SkippingSumOp {
+  const int64_t* keys;
+  const float* values;
+  float* out;
+  int64_t key(int64_t i) const { return keys[i]; }
+  float contribution(int64_t i, int64_t) const { return values[i]; }
+  void finalize(int64_t k, int64_t, float total) const { out[k] = total; }
+};
+
+TEST(Contract, CpuEngineDropsSkippedContributions) {
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  // A few keys (counting sort) and a sparse key space (merge sort); every contribution skipped.
+  for (const auto& [num_keys, skip_every] : {std::pair<int64_t, int>{7, 3}, {int64_t{1} << 40, 3}, {7, 1}}) {
+    const int64_t n = 5000;
+    std::vector<int64_t> keys(n);
+    std::vector<float> values(n);
+    std::vector<std::vector<float>> per_key(7);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = static_cast<int64_t>(rng() % 7);
+      values[i] = uniform(rng);
+      if (rng() % skip_every == 0) {
+        keys[i] = detops::kSkipKey;
+      } else {
+        keys[i] = k;
+        per_key[k].push_back(values[i]);
+      }
+    }
+    const float untouched = -1234.5f;
+    std::vector<float> got(7, untouched);
+    detops::cpu::sort_reduce<float>(SkippingSumOp{keys.data(), values.data(), got.data()}, n, num_keys, 1);
+    for (int64_t k = 0; k < 7; ++k) {
+      const float want = per_key[k].empty() ? untouched : reference_tree(per_key[k]);
+      EXPECT_EQ(bits_of(got[k]), bits_of(want)) << "key " << k << " of " << num_keys;
+    }
+  }
+}
+
 TEST(Contract, TreeLevels) {
   EXPECT_EQ(detops::tree_levels(1), 0);
   EXPECT_EQ(detops::tree_levels(32), 0);
