@@ -15,6 +15,8 @@ read in PyTorch's CUDA sources, and each caller string was then looked up in the
 Two alerts listed for older releases are gone in 2.11 and are kept here as deterministic entries, so the GPU
 check (``tests/python/test_audit.py``, marker ``gpu``) also confirms they run:
 ``reflection_pad2d_backward`` (alert removed upstream) and ``cumsum`` (no ``cumsum_cuda_kernel`` alert).
+``cudnn_grid_sampler_backward`` (kind ``ATOMICS``) was read in the disassembly instead, since its name is also
+its checks' caller string: 2.11's kernel makes no ``alertNotDeterministic`` call.
 """
 
 from __future__ import annotations
