@@ -88,6 +88,16 @@ def _cudnn_grid_sampler_backward(self, grid, grad_output):
     return _contiguous_like(self), _contiguous_like(grid)
 
 
+def _upsample_backward(grad_output, output_size, input_size, *args, **kwargs) -> torch.Tensor:
+    return grad_output.new_empty(input_size)
+
+
+def _upsample_backward_in_grad_format(grad_output, output_size, input_size, *args, **kwargs) -> torch.Tensor:
+    # Stock's bilinear and trilinear backwards return grad_output's suggested memory format.
+    result = grad_output.new_empty(input_size)
+    return result.contiguous(memory_format=suggest_memory_format(grad_output))
+
+
 # The functional result of each aten operator detops covers, by name (no overload): a tensor, or a tuple for
 # an operator with several results (an out overload then resizes its out arguments in order).
 FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
@@ -123,6 +133,10 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
     "_upsample_bilinear2d_aa_backward": _upsample_bilinear2d_aa_backward,
     "_upsample_bicubic2d_aa_backward": _upsample_bicubic2d_aa_backward,
+    "upsample_linear1d_backward": _upsample_backward,
+    "upsample_bicubic2d_backward": _upsample_backward,
+    "upsample_bilinear2d_backward": _upsample_backward_in_grad_format,
+    "upsample_trilinear3d_backward": _upsample_backward_in_grad_format,
 }
 
 
@@ -155,6 +169,8 @@ FUNCTIONAL_OVERLOADS: Dict[str, str] = {
     "aten::_upsample_bicubic2d_aa_backward.grad_input": "aten::_upsample_bicubic2d_aa_backward",
     **{f"aten::{kind}_pad{n}d_backward.grad_input": f"aten::{kind}_pad{n}d_backward"
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
+    **{f"aten::upsample_{kind}_backward.grad_input": f"aten::upsample_{kind}_backward"
+       for kind in ("linear1d", "bilinear2d", "bicubic2d", "trilinear3d")},
 }
 
 

@@ -14,6 +14,7 @@ op that lands later is benchmarked and reported without touching this file's cal
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
@@ -621,6 +622,47 @@ for _suffix, _kind in (("", "functional"), (".grad_input", "out")):
     for _name, _shape, _what, _full_shape, _full_pad, _small_shape, _small_pad in _PAD_CASES:
         register(f"aten::{_name}{_suffix}", _shape, _what)(
             _pad(_kind, _full_shape, _full_pad, _small_shape, _small_pad))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Upsample backwards, linear family (model shapes): grad_output [N, C, out...] -> grad_input [N, C, in...],
+# align_corners False, scales from the sizes.
+
+def _upsample(kind: str, full_in, full_out, small_in, small_out, channels_last: bool = False) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        in_shape, out_spatial = (full_in, full_out) if full else (small_in, small_out)
+        grad_output = _randn(tuple(in_shape[:2]) + tuple(out_spatial), g, device)
+        if channels_last:
+            grad_output = grad_output.contiguous(memory_format=torch.channels_last)
+        args = (grad_output, list(out_spatial), list(in_shape), False)
+        kwargs = {}
+        if kind == "out":
+            kwargs = {"grad_input": torch.empty(in_shape, device=device)}
+        return Call(args, kwargs, min_bytes=grad_output.numel() * ES + math.prod(in_shape) * ES)
+
+    return build
+
+
+_UPSAMPLE_CASES = [
+    # (aten name, shape name, words, full input shape, full output size, small input, small output, NHWC)
+    ("upsample_linear1d_backward", "audio_x4", "1-D decoder upsampling x4: 32x256x4000 -> 16000",
+     (32, 256, 4000), (16000,), (2, 8, 100), (400,), False),
+    ("upsample_bilinear2d_backward", "fpn_x2", "FPN top-down x2: 16x256x64x64 -> 128x128",
+     (16, 256, 64, 64), (128, 128), (2, 8, 16, 16), (32, 32), False),
+    ("upsample_bilinear2d_backward", "segmentation_x8", "segmentation head x8 logits: 16x21x64x64 -> 512x512",
+     (16, 21, 64, 64), (512, 512), (2, 5, 8, 8), (64, 64), False),
+    ("upsample_bilinear2d_backward", "fpn_x2_nhwc", "FPN top-down x2, channels-last: 16x256x64x64 -> 128x128",
+     (16, 256, 64, 64), (128, 128), (2, 8, 16, 16), (32, 32), True),
+    ("upsample_bicubic2d_backward", "super_resolution_x4", "super-resolution x4: 16x64x64x64 -> 256x256",
+     (16, 64, 64, 64), (256, 256), (2, 4, 16, 16), (64, 64), False),
+    ("upsample_trilinear3d_backward", "unet3d_x2", "3-D U-Net decoder x2: 2x64x32x32x32 -> 64x64x64",
+     (2, 64, 32, 32, 32), (64, 64, 64), (1, 4, 4, 8, 8), (8, 16, 16), False),
+]
+
+for _suffix, _kind in (("", "functional"), (".grad_input", "out")):
+    for _name, _shape, _what, _full_in, _full_out, _small_in, _small_out, _cl in _UPSAMPLE_CASES:
+        register(f"aten::{_name}{_suffix}", _shape, _what)(
+            _upsample(_kind, _full_in, _full_out, _small_in, _small_out, _cl))
 
 
 # ---------------------------------------------------------------------------------------------------
