@@ -17,7 +17,8 @@ from typing import Iterator, List, Optional
 import torch
 
 from ._version import __version__
-from .routing import compile_routed, padding_routed, route_compile, route_padding
+from .routing import (compile_routed, padding_routed, route_compile, route_padding, route_upsample,
+                      upsample_routed)
 
 __all__ = [
     "__version__",
@@ -33,9 +34,11 @@ __all__ = [
     "padding_routed",
     "route_compile",
     "route_padding",
+    "route_upsample",
     "set_mode",
     "set_strict",
     "strict",
+    "upsample_routed",
 ]
 
 _MODES = ("auto", "always", "off")
@@ -103,12 +106,14 @@ def load_library(path: Optional[str] = None) -> str:
 
 def set_mode(name: str) -> None:
     """``"auto"`` (default: detops when the deterministic flag is on), ``"always"`` or ``"off"``. Also turns
-    the routing of ``F.pad(mode='replicate')`` and of ``torch.compile`` to the aten ops on (auto, always) or
-    off (off); see :func:`route_padding` and :func:`route_compile`."""
+    the routing of ``F.pad(mode='replicate')``, ``F.interpolate(mode='bilinear'|'trilinear')`` and
+    ``torch.compile`` to the aten ops on (auto, always) or off (off); see :func:`route_padding`,
+    :func:`route_upsample` and :func:`route_compile`."""
     if name not in _MODES:
         raise ValueError(f"detops.set_mode(): unknown mode {name!r}; expected one of {_MODES}")
     torch.ops.detops.set_mode(name)
     route_padding(name != "off")
+    route_upsample(name != "off")
     route_compile(name != "off")
 
 
@@ -130,14 +135,15 @@ def disable() -> None:
 
 @contextlib.contextmanager
 def mode(name: str) -> Iterator[None]:
-    """Runs the block in mode ``name`` and restores the previous mode (and both routings) afterwards."""
-    previous, routed, compiled = get_mode(), padding_routed(), compile_routed()
+    """Runs the block in mode ``name`` and restores the previous mode (and the three routings) afterwards."""
+    previous, routed, upsampled, compiled = get_mode(), padding_routed(), upsample_routed(), compile_routed()
     set_mode(name)
     try:
         yield
     finally:
         set_mode(previous)
         route_padding(routed)
+        route_upsample(upsampled)
         route_compile(compiled)
 
 
@@ -168,6 +174,7 @@ def covered_ops() -> List[str]:
 
 load_library()
 route_padding(get_mode() != "off")  # F.pad(mode='replicate') on CUDA reaches detops' backward (detops.routing)
+route_upsample(get_mode() != "off")  # so do F.interpolate's bilinear and trilinear modes
 route_compile(get_mode() != "off")  # compiled graphs keep the covered aten calls (detops.routing)
 
 from ._fake import register_all as _register_fakes  # noqa: E402

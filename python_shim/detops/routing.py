@@ -1,6 +1,6 @@
-"""Two switches that send calls that stock PyTorch takes around the aten ops to the aten ops, which the
-overrides catch: ``route_padding`` (eager ``F.pad(mode='replicate')``) and ``route_compile``
-(``torch.compile`` with inductor).
+"""Three switches that send calls that stock PyTorch takes around the aten ops to the aten ops, which the
+overrides catch: ``route_padding`` (eager ``F.pad(mode='replicate')``), ``route_upsample`` (eager
+``F.interpolate(mode='bilinear'|'trilinear')``) and ``route_compile`` (``torch.compile`` with inductor).
 
 ``route_padding``. Under ``torch.use_deterministic_algorithms(True)``, stock ``torch.nn.functional.pad`` sends
 ``mode='replicate'`` on a CUDA (or XPU) tensor to a Python decomposition,
@@ -15,6 +15,16 @@ turning routing off puts the original function object back, so stock's routing i
 Code that imported the decomposition function itself, or that traced ``F.pad`` before the switch, is not
 affected.
 
+``route_upsample``. Likewise stock ``torch.nn.functional.interpolate`` sends ``mode='bilinear'`` (4-D, without
+antialias) and ``mode='trilinear'`` (5-D) on a tensor that is not on the CPU to
+``torch._decomp.decompositions._upsample_linear_vec`` (gathers whose backward is ``index_put`` with
+accumulation), so ``upsample_bilinear2d_backward`` and ``upsample_trilinear3d_backward`` are never reached
+from ``F.interpolate`` or ``nn.Upsample`` under the flag; ``linear`` and ``bicubic`` call the aten ops. While
+routing is on, that function, looked up by ``F.interpolate`` on each call, is replaced by one that calls
+``torch._C._nn.upsample_bilinear2d`` / ``upsample_trilinear3d`` with the same output size, scale factors and
+``align_corners`` for CUDA tensors and the stock function for anything else. The decomposition tables keep
+the stock function; turning routing off puts the original function object back.
+
 ``route_compile``. Inductor decomposes some covered overloads before it lowers a graph
 (``torch._inductor.decomposition.decompositions``): ``index_add`` becomes ``index_put`` with
 ``accumulate=True``, ``index_copy`` an ``index_put``, ``put_``, ``index_reduce``, ``nll_loss2d_forward`` and the
@@ -27,10 +37,10 @@ applied when it is. The FX-graph and AOTAutograd caches key compiled graphs on
 so a graph compiled with the other setting is never reused (turning routing off restores the tag). Functions
 already compiled keep the graph they were compiled with: call ``torch._dynamo.reset()`` after a change.
 
-``import detops`` turns both switches on in modes ``auto`` and ``always`` and off in mode ``off``;
+``import detops`` turns the three switches on in modes ``auto`` and ``always`` and off in mode ``off``;
 :func:`detops.set_mode` (and ``enable``, ``disable``, the ``mode`` context manager) does the same on every
-change, and ``detops.mode`` restores the previous state on exit. ``route_padding`` and ``route_compile`` set
-them by hand. The switches live in Python: ``torch.ops.detops.set_mode`` and ``detops::set_mode`` in C++ leave
+change, and ``detops.mode`` restores the previous state on exit. ``route_padding``, ``route_upsample`` and
+``route_compile`` set them by hand. The switches live in Python: ``torch.ops.detops.set_mode`` and ``detops::set_mode`` in C++ leave
 them as they are.
 """
 
@@ -45,10 +55,13 @@ import torch
 import torch._decomp.decompositions as _decompositions
 import torch.compiler.config as _compiler_config
 
-__all__ = ["compile_routed", "padding_routed", "route_compile", "route_padding"]
+__all__ = ["compile_routed", "padding_routed", "route_compile", "route_padding", "route_upsample",
+           "upsample_routed"]
 
 # What F.pad calls today: the stock decomposition (or whatever stood there when detops was imported).
 _STOCK_REPLICATION_PAD = _decompositions._replication_pad
+# What F.interpolate calls for bilinear and trilinear under the flag off the CPU: the stock decomposition.
+_STOCK_UPSAMPLE_LINEAR_VEC = _decompositions._upsample_linear_vec
 
 
 def _routed_replication_pad(a: torch.Tensor, padding):
@@ -69,6 +82,29 @@ def route_padding(enabled: bool) -> bool:
 def padding_routed() -> bool:
     """True while ``F.pad(mode='replicate')`` on CUDA under the flag is routed to the aten op."""
     return _decompositions._replication_pad is _routed_replication_pad
+
+
+def _routed_upsample_linear_vec(input: torch.Tensor, output_size, align_corners, scale_factors):
+    """F.interpolate's deterministic bilinear/trilinear path with routing on: the aten op for CUDA tensors."""
+    if input.is_cuda and input.dim() == 4:
+        return torch._C._nn.upsample_bilinear2d(input, output_size, align_corners, scale_factors)
+    if input.is_cuda and input.dim() == 5:
+        return torch._C._nn.upsample_trilinear3d(input, output_size, align_corners, scale_factors)
+    return _STOCK_UPSAMPLE_LINEAR_VEC(input, output_size, align_corners, scale_factors)
+
+
+def route_upsample(enabled: bool) -> bool:
+    """Turns the routing of ``F.interpolate(mode='bilinear'|'trilinear')`` on CUDA under the deterministic
+    flag to the aten ops on (``True``) or off (``False``, stock's decomposition); returns the previous state."""
+    previous = upsample_routed()
+    _decompositions._upsample_linear_vec = _routed_upsample_linear_vec if enabled else _STOCK_UPSAMPLE_LINEAR_VEC
+    return previous
+
+
+def upsample_routed() -> bool:
+    """True while ``F.interpolate(mode='bilinear'|'trilinear')`` on CUDA under the flag is routed to the aten
+    ops."""
+    return _decompositions._upsample_linear_vec is _routed_upsample_linear_vec
 
 
 _INDUCTOR_DECOMPOSITION = "torch._inductor.decomposition"

@@ -1,6 +1,6 @@
 """Shared fixtures: detops loaded from $DETOPS_LIBRARY (set by scripts/test.sh) or the build dir; the
-`gpu` marker skips cleanly without a CUDA device; every test leaves the mode, padding and compile routing, strict flag,
-deterministic flag and thread count as it found them."""
+`gpu` marker skips cleanly without a CUDA device; every test leaves the mode, padding, upsample and compile
+routing, strict flag, deterministic flag and thread count as it found them."""
 
 import pytest
 import torch
@@ -27,12 +27,13 @@ def _restore_global_state():
     # (torch.backends.disable_global_flags); the reproducibility tests set them, as users do.
     torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
     mode, strict, routed = detops.get_mode(), detops.get_strict(), detops.padding_routed()
-    compile_routed = detops.compile_routed()
+    compile_routed, upsampled = detops.compile_routed(), detops.upsample_routed()
     flag, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     threads = torch.get_num_threads()
     yield
     detops.set_mode(mode)
     detops.route_padding(routed)
+    detops.route_upsample(upsampled)
     detops.route_compile(compile_routed)
     detops.set_strict(strict)
     torch.use_deterministic_algorithms(flag, warn_only=warn_only)

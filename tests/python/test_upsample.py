@@ -2,8 +2,9 @@
 .grad_input): the twins against stock CPU and a float64 reference (random cases: up and down sampling,
 align_corners both ways, explicit scales, same sizes, one-pixel inputs and outputs; OpInfo samples and
 nn.Upsample through autograd), the contract's bits (a Python reference of the index maps and the tree, reruns,
-thread counts), layouts, empty inputs, bad inputs with stock's messages; on a GPU: CUDA == CPU twin bitwise,
-the override under the flag."""
+thread counts), layouts, empty inputs, bad inputs with stock's messages, the routing of F.interpolate's
+bilinear and trilinear modes; on a GPU: CUDA == CPU twin bitwise, the override under the flag, nn.Upsample
+backward under the flag."""
 
 import re
 
@@ -14,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import detops
+import detops.routing as routing
 from conftest import FLOAT_DTYPES, assert_bitwise_equal, assert_close_to_f64
 from contract_ref import tree_sum
 
@@ -476,6 +478,89 @@ def test_nn_upsample_autograd_on_cpu(mode, shape, kwargs):
     torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
 
 
+# ---- routing of F.interpolate ----
+
+class _LooksLikeCuda(torch.Tensor):
+    """A CPU tensor that F.interpolate and the routed decomposition take for a CUDA tensor (no
+    __torch_function__, so results are plain tensors with the real autograd nodes)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property
+    def is_cpu(self):
+        return False
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+INTERP = [
+    ("bilinear", (2, 3, 5, 6), {"scale_factor": 2}),
+    ("bilinear", (2, 3, 5, 6), {"size": (9, 4), "align_corners": True}),
+    ("bilinear", (1, 2, 5, 6), {"scale_factor": (1.7, 0.6), "recompute_scale_factor": False}),
+    ("bilinear", (1, 2, 5, 6), {"scale_factor": 1.5, "recompute_scale_factor": True}),
+    ("trilinear", (1, 2, 3, 4, 5), {"scale_factor": 2}),
+    ("trilinear", (1, 2, 3, 4, 5), {"size": (4, 4, 9), "align_corners": False}),
+]
+NODE = {"bilinear": "UpsampleBilinear2DBackward0", "trilinear": "UpsampleTrilinear3DBackward0"}
+
+
+@pytest.mark.parametrize("mode,shape,kwargs", INTERP, ids=str)
+def test_routing_sends_interpolate_to_the_aten_op(mode, shape, kwargs):
+    x = torch.randn(shape)
+    plain = x.clone().requires_grad_(True)
+    want = F.interpolate(plain, mode=mode, **kwargs)  # CPU: the aten op, whatever the flag
+    assert type(want.grad_fn).__name__ == NODE[mode]
+    fake = x.clone().as_subclass(_LooksLikeCuda).requires_grad_(True)
+    torch.use_deterministic_algorithms(True)
+    detops.set_mode("auto")
+    assert detops.upsample_routed()
+    got = F.interpolate(fake, mode=mode, **kwargs)
+    assert type(got.grad_fn).__name__ == NODE[mode]
+    assert_bitwise_equal(got, want, "routed forward")
+    for a in ("_saved_output_size", "_saved_align_corners", *SAVED_SCALES[NODE[mode]]):
+        assert getattr(got.grad_fn, a) == getattr(want.grad_fn, a), a
+    grad = torch.randn(want.shape)
+    (gw,) = torch.autograd.grad(want, plain, grad)
+    (gg,) = torch.autograd.grad(got, fake, grad)
+    assert_bitwise_equal(gg, gw, "routed backward (stock CPU kernel)")
+
+
+def test_mode_off_restores_stock_routing_exactly():
+    import torch._decomp.decompositions as decompositions
+    stock_fn = routing._STOCK_UPSAMPLE_LINEAR_VEC
+    assert stock_fn is torch._decomp.decomposition_table[aten.upsample_bilinear2d.vec]
+    detops.set_mode("auto")
+    assert decompositions._upsample_linear_vec is routing._routed_upsample_linear_vec
+    detops.set_mode("off")
+    assert not detops.upsample_routed()
+    assert decompositions._upsample_linear_vec is stock_fn
+    torch.use_deterministic_algorithms(True)
+    fake = torch.randn(1, 2, 4, 4).as_subclass(_LooksLikeCuda).requires_grad_(True)
+    out = F.interpolate(fake, scale_factor=2, mode="bilinear")
+    assert type(out.grad_fn).__name__ not in NODE.values()  # stock's decomposition
+    with detops.mode("always"):
+        assert detops.upsample_routed()
+    assert not detops.upsample_routed() and decompositions._upsample_linear_vec is stock_fn
+    assert detops.route_upsample(True) is False
+    assert detops.route_upsample(False) is True
+    detops.set_mode("auto")
+    assert detops.upsample_routed()
+
+
+def test_routing_leaves_cpu_and_other_modes_alone():
+    detops.route_upsample(True)
+    torch.use_deterministic_algorithms(True)
+    x = torch.randn(1, 2, 4, 4, requires_grad=True)
+    assert type(F.interpolate(x, scale_factor=2, mode="bilinear").grad_fn).__name__ == NODE["bilinear"]
+    fake = torch.randn(1, 2, 4, 4).as_subclass(_LooksLikeCuda).requires_grad_(True)
+    out = F.interpolate(fake, scale_factor=2, mode="bicubic")  # bicubic never takes the decomposition
+    assert type(out.grad_fn).__name__ == "UpsampleBicubic2DBackward0"
+    out = F.interpolate(fake, scale_factor=2, mode="bilinear", antialias=True)
+    assert type(out.grad_fn).__name__ == "UpsampleBilinear2DAaBackward0"
+
+
 # ---- GPU ----
 
 @pytest.mark.gpu
@@ -514,6 +599,47 @@ def test_gpu_override_under_flag_equals_cpu_twin(name, kind, shape, out_size, al
         torch.use_deterministic_algorithms(False)
         stock_grad = call(stock(kind), kind, gc, out_size, shape, align, scales)
     torch.testing.assert_close(got, stock_grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,shape,kwargs", [
+    ("bilinear", (2, 8, 16, 16), {"scale_factor": 2}),
+    ("bilinear", (2, 8, 16, 16), {"size": (37, 23), "align_corners": True}),
+    ("trilinear", (1, 4, 6, 8, 8), {"scale_factor": 2}),
+    ("bicubic", (2, 4, 9, 9), {"scale_factor": 3}),
+    ("linear", (2, 4, 50), {"scale_factor": 4}),
+], ids=str)
+def test_gpu_nn_upsample_backward_under_flag_runs_detops(mode, shape, kwargs):
+    torch.manual_seed(2)
+    m = nn.Upsample(mode=mode, **kwargs)
+    x = torch.randn(shape, device="cuda", requires_grad=True)
+    torch.use_deterministic_algorithms(True)
+    out = m(x)
+    # Routing (on by import in mode auto) sends bilinear and trilinear to the aten op as well.
+    assert type(out.grad_fn).__name__ in NODE_KIND, type(out.grad_fn).__name__
+    grad = torch.randn_like(out)
+    (ours,) = torch.autograd.grad(out, x, grad, retain_graph=True)
+    again = [torch.autograd.grad(out, x, grad, retain_graph=True)[0] for _ in range(3)]
+    torch.use_deterministic_algorithms(False)
+    for a in again:
+        assert_bitwise_equal(a, ours, "rerun")
+    cpu_twin = twin_of_node(out, grad.cpu())
+    assert_bitwise_equal(ours.cpu(), cpu_twin, "CUDA under the flag vs the CPU twin")
+    (stock_grad,) = torch.autograd.grad(m(x), x, grad)  # flag off: stock's atomics
+    torch.testing.assert_close(ours, stock_grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_mode_off_restores_the_decomposition():
+    x = torch.randn(2, 3, 6, 7, device="cuda", requires_grad=True)
+    torch.use_deterministic_algorithms(True)
+    with detops.mode("off"):
+        out = F.interpolate(x, scale_factor=2, mode="bilinear")
+        assert type(out.grad_fn).__name__ != "UpsampleBilinear2DBackward0"
+        with pytest.raises(RuntimeError, match="does not have a deterministic implementation"):
+            aten.upsample_bicubic2d_backward(torch.ones(2, 3, 12, 14, device="cuda"), [12, 14], [2, 3, 6, 7], False)
+    out = F.interpolate(x, scale_factor=2, mode="bilinear")
+    assert type(out.grad_fn).__name__ == "UpsampleBilinear2DBackward0"
 
 
 @pytest.mark.gpu
