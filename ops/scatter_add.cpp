@@ -12,6 +12,7 @@
 #include <ATen/ops/scatter_add_cuda_dispatch.h>
 
 #include <algorithm>
+#include <string>
 
 namespace detops {
 namespace {
@@ -25,43 +26,52 @@ int64_t nonempty_size(const at::Tensor& t, int64_t d) {
   return t.dim() == 0 ? 1 : t.size(d);
 }
 
-// Stock's checks (aten scatter_gather_dtype_check and scatter_shape_check), plus same-device checks.
-// Returns the wrapped dim.
-int64_t check_scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+}  // namespace
+
+int64_t check_scatter_args(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                           const at::Tensor* src) {
   dim = at::maybe_wrap_dim(dim, self.dim());
   if (index.numel() != 0) {
-    TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, kOp,
+    TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, op,
                 "(): Expected dtype int32/int64 for index, but got: ", index.scalar_type());
   }
-  TORCH_CHECK(self.scalar_type() == src.scalar_type(), kOp, "(): Expected self.dtype to be equal to src.dtype, ",
-              "but got self ", self.scalar_type(), " and src ", src.scalar_type());
-  check_same_device(kOp, self, index, "index");
-  check_same_device(kOp, self, src, "src");
+  if (src != nullptr) {
+    TORCH_CHECK(self.scalar_type() == src->scalar_type(), op, "(): Expected self.dtype to be equal to src.dtype, ",
+                "but got self ", self.scalar_type(), " and src ", src->scalar_type());
+  }
+  check_same_device(op, self, index, "index");
+  if (src != nullptr) check_same_device(op, self, *src, "src");
   if (index.numel() != 0) {
-    TORCH_CHECK(nonempty_dim(self) == nonempty_dim(index), kOp,
+    TORCH_CHECK(nonempty_dim(self) == nonempty_dim(index), op,
                 "(): Index tensor must have the same number of dimensions as self tensor, but got index ",
                 index.sizes(), " and self ", self.sizes());
-    TORCH_CHECK(nonempty_dim(src) == nonempty_dim(index), kOp,
-                "(): Index tensor must have the same number of dimensions as src tensor, but got index ",
-                index.sizes(), " and src ", src.sizes());
+    if (src != nullptr) {
+      TORCH_CHECK(nonempty_dim(*src) == nonempty_dim(index), op,
+                  "(): Index tensor must have the same number of dimensions as src tensor, but got index ",
+                  index.sizes(), " and src ", src->sizes());
+    }
     for (int64_t d = 0; d < nonempty_dim(self); ++d) {
       const int64_t i = nonempty_size(index, d);
-      TORCH_CHECK(i <= nonempty_size(src, d) && (d == dim || i <= nonempty_size(self, d)), kOp,
-                  "(): Expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
-                  " apart from dimension ", dim, " and to be no larger size than src ", src.sizes(),
-                  ", but dimension ", d, " is not");
+      if (src == nullptr) {
+        TORCH_CHECK(d == dim || i <= nonempty_size(self, d), op, "(): Expected index ", index.sizes(),
+                    " to be no larger than self ", self.sizes(), " apart from dimension ", dim,
+                    ", but dimension ", d, " is not");
+      } else {
+        TORCH_CHECK(i <= nonempty_size(*src, d) && (d == dim || i <= nonempty_size(self, d)), op,
+                    "(): Expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
+                    " apart from dimension ", dim, " and to be no larger size than src ", src->sizes(),
+                    ", but dimension ", d, " is not");
+      }
     }
   }
   at::assert_no_internal_overlap(self);
   at::assert_no_overlap(self, index);
-  at::assert_no_overlap(self, src);
+  if (src != nullptr) at::assert_no_overlap(self, *src);
   return dim;
 }
 
-}  // namespace
-
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
-  dim = check_scatter_add(self, dim, index, src);
+  dim = check_scatter_args(kOp, self, dim, index, &src);
   if (index.numel() == 0) return self;
   if (!engine_dtype(self.scalar_type())) {
     return self.is_cuda() ? at::cuda::scatter_add_(self, dim, index, src) : at::cpu::scatter_add_(self, dim, index, src);
@@ -86,7 +96,7 @@ at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& in
 at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             at::Tensor& out) {
   return out_from_inplace(
-      kOp, self, out, [&] { check_scatter_add(self, dim, index, src); },
+      kOp, self, out, [&] { check_scatter_args(kOp, self, dim, index, &src); },
       [&](at::Tensor& result) -> at::Tensor& { return scatter_add_(result, dim, index, src); });
 }
 

@@ -10,4 +10,11 @@ at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index,
 at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             at::Tensor& out);
 
+// Stock's argument checks of the scatter family (aten scatter_gather_dtype_check, scatter_shape_check and
+// the overlap checks of scatter_meta_impl), plus same-device checks, with `op` naming the op: scatter_add,
+// scatter_reduce and scatter share them. `src` is null for the overloads that take a scalar value. Returns
+// the wrapped dim.
+int64_t check_scatter_args(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                           const at::Tensor* src);
+
 }  // namespace detops

@@ -129,6 +129,8 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
     "grid_sampler_2d_backward": _grid_sampler_backward,
     "grid_sampler_3d_backward": _grid_sampler_backward,
     "cudnn_grid_sampler_backward": _cudnn_grid_sampler_backward,
+    "scatter": _like_self,
+    "scatter_": _like_self,
     **{f"{kind}_pad{n}d_backward": _pool_like_self_in_its_format
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
     "_upsample_bilinear2d_aa_backward": _upsample_bilinear2d_aa_backward,
@@ -171,6 +173,9 @@ FUNCTIONAL_OVERLOADS: Dict[str, str] = {
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
     **{f"aten::upsample_{kind}_backward.grad_input": f"aten::upsample_{kind}_backward"
        for kind in ("linear1d", "bilinear2d", "bicubic2d", "trilinear3d")},
+    **{f"aten::scatter{writing}": f"aten::scatter.{overload}"
+       for overload in ("src", "value", "reduce", "value_reduce")
+       for writing in (f"_.{overload}", f".{overload}_out")},
 }
 
 

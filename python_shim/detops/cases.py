@@ -583,6 +583,47 @@ for _suffix, _kind in _KINDS.items():
 
 
 # ---------------------------------------------------------------------------------------------------
+# Wave 3: scatter (src, value, reduce, value_reduce) on the scatter_add shapes.
+
+def _scatter_builder(kind: str, overload: str, reduce: Optional[str], full_dims, small_dims,
+                     expand: bool) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        self_shape, src_shape, high = full_dims if full else small_dims
+        values = "prod" if reduce == "multiply" else "sum"
+        self_ = _reduce_values(self_shape, g, device, values)
+        if expand:
+            index = _randint(high, (src_shape[0], 1), g, device).expand(src_shape)
+        else:
+            index = _randint(high, src_shape, g, device)
+        src = _reduce_values(src_shape, g, device, values)
+        value = 1.0005 if reduce == "multiply" else 0.5
+        args = (self_, 0, index, src if overload in ("src", "reduce") else value)
+        args, kwargs = _finish(kind, args, {} if reduce is None else {"reduce": reduce}, self_)
+        index_bytes = (src_shape[0] if expand else src.numel()) * 8
+        reads = src.numel() * ES if overload in ("src", "reduce") else 0
+        return Call(args, kwargs, min_bytes=reads + index_bytes + (2 if reduce else 1) * self_.numel() * ES)
+
+    return build
+
+
+_SCATTER_REDUCE_OF_SCATTER_SHAPE = {"low_contention": "multiply", "high_contention": "add",
+                                    "hot_destination": "add", "message_passing": "multiply"}
+
+for _suffix, _kind in ((".", "functional"), ("_.", "inplace")):
+    for _overload in ("src", "value", "reduce", "value_reduce"):
+        for _shape, (_full, _small, _what) in _SCATTER_ADD_SHAPES.items():
+            _reduce = _SCATTER_REDUCE_OF_SCATTER_SHAPE[_shape] if "reduce" in _overload else None
+            register(f"aten::scatter{_suffix}{_overload}", _shape, _what + (f"; reduce={_reduce}" if _reduce else ""))(
+                _scatter_builder(_kind, _overload, _reduce, _full, _small, _shape == "message_passing"))
+for _overload in ("src", "value", "reduce", "value_reduce"):
+    for _shape, (_full, _small, _what) in _SCATTER_ADD_SHAPES.items():
+        _reduce = _SCATTER_REDUCE_OF_SCATTER_SHAPE[_shape] if "reduce" in _overload else None
+        register(f"aten::scatter.{_overload}_out", _shape, _what + (f"; reduce={_reduce}" if _reduce else ""))(
+            _scatter_builder("out", _overload, _reduce, _full, _small, _shape == "message_passing"))
+
+
+
+# ---------------------------------------------------------------------------------------------------
 # Padding backwards (model shapes): grad_output [..., padded] -> grad_input [...], padding as in aten (last
 # dimension first).
 

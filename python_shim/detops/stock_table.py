@@ -114,6 +114,7 @@ _REDUCTION_NOT_NONE = _arg_is(3, "reduction", lambda r: r != 0, 1)
 _REDUCE_PROD = _arg_is(4, "reduce", lambda r: r == "prod")
 _REDUCE_SUM_MEAN = _arg_is(4, "reduce", lambda r: r in ("sum", "mean"))
 _NO_ACCUMULATE = _arg_is(3, "accumulate", lambda a: not a, False)
+_REDUCE_MULTIPLY = _arg_is(4, "reduce", lambda r: r == "multiply")
 
 STOCK_TABLE: Dict[str, Tuple[StockEntry, ...]] = {
     # Wave 1 (DESIGN.md §1).
@@ -211,6 +212,15 @@ STOCK_TABLE: Dict[str, Tuple[StockEntry, ...]] = {
     **_overloads("scatter_add scatter_add_ scatter_add.out",
                  _slow("_scatter_via_index_put (arange per non-scatter dim, sorts every element)")),
     **_overloads("scatter.src scatter_.src scatter.src_out", _slow("_scatter_via_index_put")),
+    # scatter_ with a tensor src and reduce='add' takes the sort fallback; 'multiply' reaches the atomic kernel.
+    **_overloads("scatter.reduce scatter_.reduce scatter.reduce_out",
+                 _throws("scatter_reduce_cuda_kernel", 2, when="reduce='multiply'", applies=_REDUCE_MULTIPLY),
+                 _slow("_scatter_via_index_put (sorts every element)", when="reduce='add'")),
+    # One scalar for every destination: whatever the order of the writes (or of the atomic adds and
+    # multiplies of that one value), the bits are the same. detops covers them for CPU == CUDA bits.
+    **_overloads("scatter.value scatter_.value scatter.value_out scatter.value_reduce scatter_.value_reduce "
+                 "scatter.value_reduce_out",
+                 StockEntry(DETERMINISTIC, "scatter_fill_cuda_ (one value written or combined, any order)")),
     **_overloads("index_copy index_copy_ index_copy.out", _slow("index_put_ with a sort")),
     **_overloads("index_put index_put_ index_put.out _index_put_impl_",
                  _slow("sort-based index_put", when="accumulate=False", applies=_NO_ACCUMULATE)),

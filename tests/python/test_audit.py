@@ -493,6 +493,9 @@ SAMPLES = {
     "index_add": _hot_index_add,
     "scatter_add": _hot_scatter_add,
     "scatter.src": _scatterish(),
+    "scatter.value": lambda d: (_scatterish()(d)[0][:3] + (1.5,), {}),
+    "scatter.reduce": lambda d: (_scatterish()(d)[0], {"reduce": "multiply"}),
+    "scatter.value_reduce": lambda d: (_scatterish()(d)[0][:3] + (2.0,), {"reduce": "add"}),
     "index_copy": _indexish(),
     "index_put": lambda d: ((_t(5, 3, device=d), [torch.tensor([0, 2, 0], device=d)], _t(3, 3, device=d, seed=1)), {}),
     "_index_put_impl_": lambda d: ((_t(5, 3, device=d), [torch.tensor([0, 2, 0], device=d)],
@@ -512,6 +515,7 @@ def _functional_key(name):
     base, _, overload = name.partition(".")
     base = base.rstrip("_") if base.endswith("_") and not base.startswith("_index_put_impl") else base
     overload = {"out": "", "grad_input": "", "output": "", "two_out": "two", "src_out": "src",
+                "value_out": "value", "reduce_out": "reduce", "value_reduce_out": "value_reduce",
                 "dim_values": "dim"}.get(overload, overload)
     return base + ("." + overload if overload else "")
 

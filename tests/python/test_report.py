@@ -40,8 +40,12 @@ def test_cases_keep_only_covered_ops():
     assert all(c.shape == "hot_destination" for c in C.cases(covered, shapes=["hot_destination"]))
     assert {c.op for c in C.cases(covered, ops=["index_add_"])} == {"aten::index_add_"}
     # Every covered op throws or crawls in stock, but reflection_pad2d_backward: stock 2.11 runs a deterministic
-    # gather kernel for it (detops covers it for CPU == CUDA bits and all six padding backwards alike).
-    deterministic_in_stock = {"aten::reflection_pad2d_backward", "aten::reflection_pad2d_backward.grad_input"}
+    # gather kernel for it (detops covers it for CPU == CUDA bits and all six padding backwards alike); and
+    # scatter with a scalar value, where every write or combine is of one value (covered with the scatter family).
+    deterministic_in_stock = {"aten::reflection_pad2d_backward", "aten::reflection_pad2d_backward.grad_input"} | {
+        f"aten::{name}.{overload}" for name, overload in [
+            ("scatter", "value"), ("scatter_", "value"), ("scatter", "value_out"), ("scatter", "value_reduce"),
+            ("scatter_", "value_reduce"), ("scatter", "value_reduce_out")]}
     for op in covered:
         assert C.twin_op(op) is not None, op
         assert (C.stock_under_flag(op) == "deterministic") == (op in deterministic_in_stock), op
