@@ -131,6 +131,7 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
     "cudnn_grid_sampler_backward": _cudnn_grid_sampler_backward,
     "scatter": _like_self,
     "scatter_": _like_self,
+    "_index_put_impl_": _like_self,
     **{f"{kind}_pad{n}d_backward": _pool_like_self_in_its_format
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
     "_upsample_bilinear2d_aa_backward": _upsample_bilinear2d_aa_backward,
@@ -144,8 +145,8 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
 
 # The functional overload whose result each writing twin (in-place, .out, .grad_input) stores into the
 # argument it writes: what detops._functionalize calls for it under torch.compile and opcheck. Keys and values
-# are spelled as in covered_ops(); "detops::put" is a functional companion detops defines for put_, which has
-# no functional aten overload covered. A new writing overload adds one line.
+# are spelled as in covered_ops(); "detops::put" and "detops::_index_put_impl" are functional companions
+# detops defines for put_ and _index_put_impl_, which have no functional aten overload covered. A new writing overload adds one line.
 FUNCTIONAL_OVERLOADS: Dict[str, str] = {
     "aten::index_add_": "aten::index_add",
     "aten::index_add.out": "aten::index_add",
@@ -173,6 +174,7 @@ FUNCTIONAL_OVERLOADS: Dict[str, str] = {
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
     **{f"aten::upsample_{kind}_backward.grad_input": f"aten::upsample_{kind}_backward"
        for kind in ("linear1d", "bilinear2d", "bicubic2d", "trilinear3d")},
+    "aten::_index_put_impl_": "detops::_index_put_impl",
     **{f"aten::scatter{writing}": f"aten::scatter.{overload}"
        for overload in ("src", "value", "reduce", "value_reduce")
        for writing in (f"_.{overload}", f".{overload}_out")},

@@ -16,7 +16,7 @@ the table in :mod:`detops._fake` only says which functional overload computes ea
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch._C import DispatchKey
@@ -45,7 +45,26 @@ def _define_put() -> None:
         return torch.empty_like(self)
 
 
-_COMPANIONS = {"detops::put": _define_put}
+def _define_index_put_impl() -> None:
+    """``detops::_index_put_impl``: the functional companion of ``_index_put_impl_`` (aten's
+    ``_index_put_impl``: ``self.clone()._index_put_impl_(...)``), whose result is the detops kernel's on every
+    device."""
+    if hasattr(torch.ops.detops, "_index_put_impl"):
+        return
+
+    @torch.library.custom_op("detops::_index_put_impl", mutates_args=())
+    def _index_put_impl(self: torch.Tensor, indices: List[Optional[torch.Tensor]], values: torch.Tensor,
+                        accumulate: bool = False, unsafe: bool = False) -> torch.Tensor:
+        result = self.clone()
+        torch.ops.detops._index_put_impl_(result, indices, values, accumulate, unsafe)
+        return result
+
+    @_index_put_impl.register_fake
+    def _(self, indices, values, accumulate=False, unsafe=False):
+        return torch.empty_like(self)
+
+
+_COMPANIONS = {"detops::put": _define_put, "detops::_index_put_impl": _define_index_put_impl}
 
 
 def written_arguments(overload: torch._ops.OpOverload) -> List[str]:

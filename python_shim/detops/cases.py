@@ -583,7 +583,9 @@ for _suffix, _kind in _KINDS.items():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Wave 3: scatter (src, value, reduce, value_reduce) on the scatter_add shapes.
+# Wave 3: scatter (src, value, reduce, value_reduce) on the scatter_add shapes; _index_put_impl_ (what
+# index_put_ and x[idx] += v dispatch to) on the index_add shapes: self [M, D], indices [index [N]],
+# values [N, D].
 
 def _scatter_builder(kind: str, overload: str, reduce: Optional[str], full_dims, small_dims,
                      expand: bool) -> Builder:
@@ -621,6 +623,25 @@ for _overload in ("src", "value", "reduce", "value_reduce"):
         register(f"aten::scatter.{_overload}_out", _shape, _what + (f"; reduce={_reduce}" if _reduce else ""))(
             _scatter_builder("out", _overload, _reduce, _full, _small, _shape == "message_passing"))
 
+
+def _index_put_builder(accumulate: bool, dims_full, dims_small) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        m, n, d = dims_full if full else dims_small
+        self_ = _randn((m, d), g, device)
+        index = _randint(m, (n,), g, device)
+        values = _randn((n, d), g, device)
+        touched = _touched(index)
+        return Call((self_, [index], values, accumulate), {},
+                    min_bytes=n * d * ES + n * 8 + (2 if accumulate else 1) * touched * d * ES)
+
+    return build
+
+
+for _shape, (_full, _small, _what) in _INDEX_ADD_SHAPES.items():
+    register("aten::_index_put_impl_", _shape, _what + "; accumulate=True")(
+        _index_put_builder(True, _full, _small))
+register("aten::_index_put_impl_", "last_writer", "1,000 destinations, 16 floats per row; accumulate=False")(
+    _index_put_builder(False, *_INDEX_ADD_SHAPES["high_contention"][:2]))
 
 
 # ---------------------------------------------------------------------------------------------------
