@@ -8,14 +8,18 @@
 // CPU, per case (small shapes): stock_cpu (the aten op) against detops_cpu (the twin's function).
 //
 // Table-driven: a case is an entry of kOps times a shape of its family in kShapes; an op added later adds
-// one entry (with its build and run functions). Run names are <device>/<aten op>/<shape>/<variant>, the
+// one entry (with its build and run functions), or several with a shape suffix each (one per reduction). Run names are <device>/<aten op>/<shape>/<variant>, the
 // schema python -m detops report and bench/bench_ops.py share. Counter bytes_min: the fewest bytes the op
 // must move, for the achieved bandwidth. Context detops_copy_bandwidth_GBps: a device-to-device copy.
 //
 //   detops_bench --benchmark_format=json --benchmark_out=bench.json [--benchmark_filter=^cpu/]
 #include "detops/detops.h"
 #include "ops/index_add.h"
+#include "ops/index_copy.h"
+#include "ops/index_put.h"
+#include "ops/scatter.h"
 #include "ops/scatter_add.h"
+#include "ops/scatter_reduce.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -160,6 +164,45 @@ void run_scatter_add(Args& a, Overload overload, bool twin) {
   }
 }
 
+// Products of a million values stay finite: src and self within 1e-3 of 1.
+Args build_scatter_prod(const Shape& shape, const at::TensorOptions& opts, bool full, Overload overload) {
+  Args a = build_scatter_add(shape, opts, full, overload);
+  a.self = 1 + (at::rand_like(a.self) - 0.5) * 1e-3;
+  a.src = 1 + (at::rand_like(a.src) - 0.5) * 1e-3;
+  return a;
+}
+
+// The in-place overloads of the keyed family beyond index_add/scatter_add, on the same shapes.
+void run_index_put(Args& a, Overload, bool twin) {
+  const c10::List<std::optional<at::Tensor>> indices({std::optional<at::Tensor>(a.index)});
+  twin ? detops::index_put_impl_(a.self, indices, a.src, true, false) : a.self.index_put_(indices, a.src, true);
+}
+
+void run_index_copy(Args& a, Overload, bool twin) {
+  twin ? detops::index_copy_(a.self, 0, a.index, a.src) : a.self.index_copy_(0, a.index, a.src);
+}
+
+template <const char* Reduce>
+void run_scatter_reduce(Args& a, Overload, bool twin) {
+  twin ? detops::scatter_reduce_(a.self, 0, a.index, a.src, Reduce, true)
+       : a.self.scatter_reduce_(0, a.index, a.src, Reduce, true);
+}
+
+void run_scatter_src(Args& a, Overload, bool twin) {
+  twin ? detops::scatter_src_(a.self, 0, a.index, a.src) : a.self.scatter_(0, a.index, a.src);
+}
+
+template <const char* Reduce>
+void run_scatter_with_reduce(Args& a, Overload, bool twin) {
+  twin ? detops::scatter_src_reduce_(a.self, 0, a.index, a.src, Reduce) : a.self.scatter_(0, a.index, a.src, Reduce);
+}
+
+constexpr char kSum[] = "sum";
+constexpr char kMean[] = "mean";
+constexpr char kProd[] = "prod";
+constexpr char kAdd[] = "add";
+constexpr char kMultiply[] = "multiply";
+
 // How to build and run the case of a covered op; which ops run comes from detops::covered_ops().
 struct OpEntry {
   const char* op;  // as detops::covered_ops() spells it
@@ -167,6 +210,7 @@ struct OpEntry {
   Overload overload;
   Args (*build)(const Shape&, const at::TensorOptions&, bool, Overload);
   void (*run)(Args&, Overload, bool);
+  const char* shape_suffix = "";  // appended to the shape's name in the run name
 };
 
 const OpEntry kOps[] = {
@@ -176,14 +220,20 @@ const OpEntry kOps[] = {
     {"aten::scatter_add", Family::ScatterAdd, Overload::Functional, build_scatter_add, run_scatter_add},
     {"aten::scatter_add_", Family::ScatterAdd, Overload::Inplace, build_scatter_add, run_scatter_add},
     {"aten::scatter_add.out", Family::ScatterAdd, Overload::Out, build_scatter_add, run_scatter_add},
+    {"aten::_index_put_impl_", Family::IndexAdd, Overload::Inplace, build_index_add, run_index_put, "_accumulate"},
+    {"aten::index_copy_", Family::IndexAdd, Overload::Inplace, build_index_add, run_index_copy},
+    {"aten::scatter_reduce_.two", Family::ScatterAdd, Overload::Inplace, build_scatter_add,
+     run_scatter_reduce<kSum>, "_sum"},
+    {"aten::scatter_reduce_.two", Family::ScatterAdd, Overload::Inplace, build_scatter_add,
+     run_scatter_reduce<kMean>, "_mean"},
+    {"aten::scatter_reduce_.two", Family::ScatterAdd, Overload::Inplace, build_scatter_prod,
+     run_scatter_reduce<kProd>, "_prod"},
+    {"aten::scatter_.src", Family::ScatterAdd, Overload::Inplace, build_scatter_add, run_scatter_src},
+    {"aten::scatter_.reduce", Family::ScatterAdd, Overload::Inplace, build_scatter_add,
+     run_scatter_with_reduce<kAdd>, "_add"},
+    {"aten::scatter_.reduce", Family::ScatterAdd, Overload::Inplace, build_scatter_prod,
+     run_scatter_with_reduce<kMultiply>, "_multiply"},
 };
-
-const OpEntry* find_op(const std::string& name) {
-  for (const OpEntry& op : kOps) {
-    if (name == op.op) return &op;
-  }
-  return nullptr;
-}
 
 // Sets the deterministic flag and the detops mode for a variant; restores both when destroyed.
 class VariantSettings {
@@ -267,7 +317,34 @@ double copy_bandwidth_GBps() {
 }
 
 std::string run_name(const char* device, const OpEntry& op, const Shape& shape, Variant v) {
-  return std::string(device) + "/" + op.op + "/" + shape.name + "/" + variant_name(v);
+  return std::string(device) + "/" + op.op + "/" + shape.name + op.shape_suffix + "/" + variant_name(v);
+}
+
+// The CUDA (where a device is present) and CPU runs of one entry over its family's shapes.
+void register_cases(const OpEntry& op, bool cuda) {
+  for (const Shape& shape : kShapes) {
+    if (shape.family != op.family) continue;
+    if (cuda) {
+      for (Variant v : {Variant::StockAtomic, Variant::StockDeterministic, Variant::Detops}) {
+        benchmark::RegisterBenchmark(run_name("cuda", op, shape, v).c_str(), BM_cuda, &op, &shape, v)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->MinWarmUpTime(0.02)
+            ->MinTime(0.05)
+            ->Repetitions(10)
+            ->ReportAggregatesOnly(true);
+      }
+    }
+    for (Variant v : {Variant::StockCpu, Variant::DetopsCpu}) {
+      benchmark::RegisterBenchmark(run_name("cpu", op, shape, v).c_str(), BM_cpu, &op, &shape, v)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinWarmUpTime(0.02)
+          ->MinTime(0.05)
+          ->Repetitions(5)
+          ->ReportAggregatesOnly(true);
+    }
+  }
 }
 
 }  // namespace
@@ -290,35 +367,13 @@ int main(int argc, char** argv) {
   }
   std::string without_case;
   for (const std::string& name : detops::covered_ops()) {
-    const OpEntry* entry = find_op(name);
-    if (entry == nullptr) {
-      without_case += (without_case.empty() ? "" : " ") + name;
-      continue;
+    bool has_case = false;
+    for (const OpEntry& op : kOps) {
+      if (name != op.op) continue;
+      register_cases(op, cuda);
+      has_case = true;
     }
-    const OpEntry& op = *entry;
-    for (const Shape& shape : kShapes) {
-      if (shape.family != op.family) continue;
-      if (cuda) {
-        for (Variant v : {Variant::StockAtomic, Variant::StockDeterministic, Variant::Detops}) {
-          benchmark::RegisterBenchmark(run_name("cuda", op, shape, v).c_str(), BM_cuda, &op, &shape, v)
-              ->UseManualTime()
-              ->Unit(benchmark::kMicrosecond)
-              ->MinWarmUpTime(0.02)
-              ->MinTime(0.05)
-              ->Repetitions(10)
-              ->ReportAggregatesOnly(true);
-        }
-      }
-      for (Variant v : {Variant::StockCpu, Variant::DetopsCpu}) {
-        benchmark::RegisterBenchmark(run_name("cpu", op, shape, v).c_str(), BM_cpu, &op, &shape, v)
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond)
-            ->MinWarmUpTime(0.02)
-            ->MinTime(0.05)
-            ->Repetitions(5)
-            ->ReportAggregatesOnly(true);
-      }
-    }
+    if (!has_case) without_case += (without_case.empty() ? "" : " ") + name;
   }
   // The C++ suite has cases for the scatter family; bench/bench_ops.py has them for every covered op.
   benchmark::AddCustomContext("detops_covered_without_cpp_case", without_case);

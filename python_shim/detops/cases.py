@@ -582,6 +582,13 @@ for _suffix, _kind in _KINDS.items():
             _index_reduce_builder(_kind, _reduce, _include, _full, _small))
 
 
+# scatter_reduce_.two with sum, mean and prod on every scatter_add shape (include_self=True).
+for _shape, (_full, _small, _what) in _SCATTER_ADD_SHAPES.items():
+    for _reduce in ("sum", "mean", "prod"):
+        register("aten::scatter_reduce_.two", f"{_shape}_{_reduce}", f"{_what}; reduce={_reduce}")(
+            _scatter_reduce_builder("inplace", _reduce, True, _full, _small, _shape == "message_passing"))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Wave 3: scatter (src, value, reduce, value_reduce) on the scatter_add shapes; _index_put_impl_ (what
 # index_put_ and x[idx] += v dispatch to) on the index_add shapes: self [M, D], indices [index [N]],
