@@ -130,6 +130,11 @@ def _kernel(writing: torch._ops.OpOverload, functional: torch._ops.OpOverload):
     def functionalize(*args, **kwargs):
         bound = _bind(schema, args, kwargs)
         targets = [bound[name] for name in written]
+        if not all(torch._is_functional_tensor(t) for t in targets):
+            # A written tensor from outside the functionalized region (e.g. captured by the function): as
+            # aten does, the writing overload itself runs on it, with the other arguments unwrapped.
+            with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(DispatchKey.Functionalize)):
+                return writing(*[_unwrap(v) for v in args], **{k: _unwrap(v) for k, v in kwargs.items()})
         inputs = {name: _unwrap(value) for name, value in bound.items() if name not in dropped}
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(DispatchKey.Functionalize)):
             results = _call(functional, inputs)

@@ -162,3 +162,16 @@ def test_functionalize_transform_removes_the_mutation():
     graph = make_fx(torch.func.functionalize(f))(torch.zeros(3, 2), torch.randn(4, 2))
     targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
     assert torch.ops.detops.index_copy.default in targets and torch.ops.detops.index_copy_.default not in targets
+
+
+def test_functionalize_writes_a_captured_tensor_in_place():
+    # A written argument from outside the functionalized function is not a functional tensor: the writing
+    # twin runs on it, as aten's functionalization does for its own out operators.
+    out, index, rows = torch.zeros(3, 2), torch.tensor([0, 2, 2, 1]), torch.randn(4, 2)
+
+    def f(r):
+        torch.ops.detops.index_add.out(torch.ones(3, 2), 0, index, r, out=out)
+        return r * 2
+
+    assert_bitwise_equal(torch.func.functionalize(f)(rows), rows * 2)
+    assert_bitwise_equal(out, torch.ops.detops.index_add(torch.ones(3, 2), 0, index, rows))
