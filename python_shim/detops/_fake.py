@@ -98,6 +98,18 @@ def _upsample_backward_in_grad_format(grad_output, output_size, input_size, *arg
     return result.contiguous(memory_format=suggest_memory_format(grad_output))
 
 
+def _median(self, dim, keepdim=False):
+    # (values, indices): self's shape without dim (size 1 with keepdim); a 0-d self gives 0-d results.
+    shape = list(self.shape)
+    if shape:
+        d = dim % len(shape)
+        if keepdim:
+            shape[d] = 1
+        else:
+            del shape[d]
+    return self.new_empty(shape), self.new_empty(shape, dtype=torch.int64)
+
+
 # The functional result of each aten operator detops covers, by name (no overload): a tensor, or a tuple for
 # an operator with several results (an out overload then resizes its out arguments in order).
 FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
@@ -132,6 +144,8 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
     "scatter": _like_self,
     "scatter_": _like_self,
     "_index_put_impl_": _like_self,
+    "median": _median,
+    "nanmedian": _median,
     **{f"{kind}_pad{n}d_backward": _pool_like_self_in_its_format
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
     "_upsample_bilinear2d_aa_backward": _upsample_bilinear2d_aa_backward,

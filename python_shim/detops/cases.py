@@ -840,3 +840,26 @@ register("aten::cudnn_grid_sampler_backward", "spatial_transformer",
          "STN on the cuDNN route: 32x64x64x64 input, 64x64 affine grid (bilinear, zeros, align_corners)",
          stock_cpu=_cudnn_reference)(
     _grid_sampler("cudnn", (32, 64, 64, 64), (2, 3, 8, 9), (64, 64), (6, 7), 0, 0, True))
+
+
+# ---------------------------------------------------------------------------------------------------
+# median / nanmedian along a dim: rows of a feature map (a median filter's windows, unfolded) and a few long
+# rows; about 1% NaN for nanmedian.
+
+def _median_builder(nan: bool, rows_full: int, n_full: int, rows_small: int, n_small: int) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        rows, n = (rows_full, n_full) if full else (rows_small, n_small)
+        self_ = _randn((rows, n), g, device)
+        if nan:
+            self_ = self_.masked_fill(_rand((rows, n), g, device) < 0.01, float("nan"))
+        kwargs = {"values": torch.empty(0, device=device), "indices": torch.empty(0, dtype=torch.long, device=device)}
+        return Call((self_, 1, False), kwargs, min_bytes=rows * n * ES + rows * (ES + 8))
+
+    return build
+
+
+for _name, _nan in (("median", False), ("nanmedian", True)):
+    register(f"aten::{_name}.dim_values", "median_filter", "4M windows of 3x3 (rows of 9)")(
+        _median_builder(_nan, 1 << 22, 9, 1 << 10, 9))
+    register(f"aten::{_name}.dim_values", "long_rows", "64 rows of 64K")(
+        _median_builder(_nan, 64, 1 << 16, 4, 1 << 10))

@@ -26,7 +26,7 @@ def test_every_case_builder_runs_the_stock_cpu_op(case):
     out = C.output_tensors(C.stock_cpu_op(case)(*call.args, **call.kwargs))  # a tensor or a tuple of them
     assert out and all(t.numel() > 0 for t in out)
     assert call.min_bytes > 0 and call.nbytes() > 0
-    out_names = ("out", "grad_input", "output", "total_weight")
+    out_names = ("out", "grad_input", "output", "total_weight", "values", "indices")
     float_inputs = [a for a in list(call.args) + [v for k, v in call.kwargs.items() if k not in out_names]
                     if isinstance(a, torch.Tensor) and a.is_floating_point()]
     assert float_inputs and all(bool((a != 0).any()) for a in float_inputs), "random data, never zeros"

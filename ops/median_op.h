@@ -1,0 +1,184 @@
+// median / nanmedian along a dim: the per-element code shared by the CPU and CUDA paths (docs/median.md).
+//
+// Each row (the reduced dim, made contiguous) is sorted stably by an ordered integer key: the value's order,
+// -0.0 equal to +0.0, every NaN after every number and equal to every other NaN. NB: a stable sort keeps
+// source order among equal keys, so position p of a sorted row is the p-th element by (value, index), the
+// order stock's CPU kernel selects in; the median's sorted position depends only on the row's length and
+// its NaN count, so the result does not depend on the sort's schedule (docs/order_contract.md).
+#pragma once
+
+#include <c10/macros/Macros.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace detops {
+
+// The unsigned integer of an element's size.
+template <int kBytes>
+struct UnsignedOfSize;
+template <>
+struct UnsignedOfSize<1> {
+  using type = uint8_t;
+};
+template <>
+struct UnsignedOfSize<2> {
+  using type = uint16_t;
+};
+template <>
+struct UnsignedOfSize<4> {
+  using type = uint32_t;
+};
+template <>
+struct UnsignedOfSize<8> {
+  using type = uint64_t;
+};
+
+template <typename scalar_t>
+using median_key_t = typename UnsignedOfSize<static_cast<int>(sizeof(scalar_t))>::type;
+
+template <typename scalar_t>
+constexpr bool median_floating_v = std::is_floating_point_v<scalar_t> || std::is_same_v<scalar_t, c10::Half> ||
+                                   std::is_same_v<scalar_t, c10::BFloat16>;
+
+// The sort key of NaN: the largest key, which no number has.
+template <typename scalar_t>
+C10_HOST_DEVICE constexpr median_key_t<scalar_t> median_nan_key() {
+  return static_cast<median_key_t<scalar_t>>(~median_key_t<scalar_t>{0});
+}
+
+// The sort key of v: ascending keys are ascending values. Floating: -0.0 as +0.0, NaN as median_nan_key();
+// signed integers: the sign bit flipped; unsigned: the value.
+template <typename scalar_t>
+C10_HOST_DEVICE inline median_key_t<scalar_t> median_key(scalar_t v) {
+  using key_t = median_key_t<scalar_t>;
+  constexpr key_t kSign = static_cast<key_t>(key_t{1} << (8 * sizeof(key_t) - 1));
+  key_t b;
+  memcpy(&b, &v, sizeof(b));
+  if constexpr (median_floating_v<scalar_t>) {
+    constexpr key_t kExpBits = std::is_same_v<scalar_t, c10::Half>       ? key_t{0x1f}
+                               : std::is_same_v<scalar_t, c10::BFloat16> ? key_t{0xff}
+                               : std::is_same_v<scalar_t, float>         ? key_t{0xff}
+                                                                         : key_t{0x7ff};
+    constexpr int kMantissa = std::is_same_v<scalar_t, c10::Half>       ? 10
+                              : std::is_same_v<scalar_t, c10::BFloat16> ? 7
+                              : std::is_same_v<scalar_t, float>         ? 23
+                                                                        : 52;
+    constexpr key_t kInf = static_cast<key_t>(kExpBits << kMantissa);
+    const key_t magnitude = static_cast<key_t>(b & static_cast<key_t>(~kSign));
+    if (magnitude > kInf) return median_nan_key<scalar_t>();
+    if (magnitude == 0) return kSign;  // NB: -0.0 and +0.0 tie, as stock's comparator has them
+    return (b & kSign) ? static_cast<key_t>(~b) : static_cast<key_t>(b | kSign);
+  } else if constexpr (std::is_signed_v<scalar_t>) {
+    return static_cast<key_t>(b ^ kSign);
+  } else {
+    return b;
+  }
+}
+
+// The sorted position of the result in a row of n > 0 sorted keys, of which the last num_nan are NaN.
+// median: the first NaN in source order when there is one (NaN propagates), else the lower median
+// (n - 1) / 2. nanmedian: the lower median of the numbers, (n - num_nan - 1) / 2; a row of NaN only gives
+// its first element.
+C10_HOST_DEVICE inline int64_t median_position(int64_t n, int64_t num_nan, bool ignore_nan) {
+  if (!ignore_nan) return num_nan > 0 ? n - num_nan : (n - 1) / 2;
+  return num_nan == n ? 0 : (n - num_nan - 1) / 2;
+}
+
+// Fills the key and the row position of element i of `rows` rows of n contiguous elements.
+template <typename scalar_t>
+struct MedianKeyOp {
+  const scalar_t* in;
+  median_key_t<scalar_t>* keys;
+  int32_t* pos;
+  int64_t n;
+
+  C10_HOST_DEVICE void operator()(int64_t i) const {
+    keys[i] = median_key(in[i]);
+    pos[i] = static_cast<int32_t>(i % n);
+  }
+};
+
+// Row r of the sorted keys and positions: the NaN count (a binary search for the first NaN key; integers
+// have none), then the element at the median's sorted position, copied as it is in the input.
+template <typename scalar_t>
+struct MedianPickOp {
+  const scalar_t* in;
+  const median_key_t<scalar_t>* sorted_keys;
+  const int32_t* sorted_pos;
+  scalar_t* values;
+  int64_t* indices;
+  int64_t n;
+  bool ignore_nan;
+
+  C10_HOST_DEVICE void operator()(int64_t r) const {
+    const median_key_t<scalar_t>* k = sorted_keys + r * n;
+    int64_t num_nan = 0;
+    if constexpr (median_floating_v<scalar_t>) {
+      int64_t lo = 0;
+      int64_t hi = n;  // first NaN key in [lo, hi]
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (k[mid] == median_nan_key<scalar_t>()) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      num_nan = n - lo;
+    }
+    const int64_t j = sorted_pos[r * n + median_position(n, num_nan, ignore_nan)];
+    values[r] = in[r * n + j];
+    indices[r] = j;
+  }
+};
+
+}  // namespace detops
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+namespace detops {
+
+// rows: [R, n] contiguous, R * n > 0; values (rows' dtype) and indices (int64): R contiguous elements.
+// Keys and positions on an engine (cpu::Engine or cuda::Engine), the rows sorted by `sort_rows(key dtype tag,
+// keys, pos, sorted_keys, sorted_pos, R, n)` (std::stable_sort on the CPU, CUB's stable segmented sort on
+// CUDA), the median picked per row on the engine.
+template <typename Engine, typename SortRows>
+void median_compute(const at::Tensor& rows, at::Tensor& values, at::Tensor& indices, bool ignore_nan,
+                    SortRows&& sort_rows) {
+  const int64_t R = rows.size(0);
+  const int64_t n = rows.size(1);
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, rows.scalar_type(), "detops_median", [&] {
+    using key_t = median_key_t<scalar_t>;
+    const at::ScalarType key_dtype = sizeof(key_t) == 1   ? at::kByte
+                                     : sizeof(key_t) == 2 ? at::kShort
+                                     : sizeof(key_t) == 4 ? at::kInt
+                                                          : at::kLong;
+    const auto key_options = rows.options().dtype(key_dtype);
+    const auto pos_options = rows.options().dtype(at::kInt);
+    at::Tensor keys = at::empty({R * n}, key_options);
+    at::Tensor pos = at::empty({R * n}, pos_options);
+    at::Tensor sorted_keys = at::empty({R * n}, key_options);
+    at::Tensor sorted_pos = at::empty({R * n}, pos_options);
+    const scalar_t* in = rows.const_data_ptr<scalar_t>();
+    key_t* k = static_cast<key_t*>(keys.data_ptr());
+    key_t* sk = static_cast<key_t*>(sorted_keys.data_ptr());
+    Engine::for_each(MedianKeyOp<scalar_t>{in, k, pos.data_ptr<int32_t>(), n}, R * n);
+    sort_rows(key_t{}, k, pos.data_ptr<int32_t>(), sk, sorted_pos.data_ptr<int32_t>(), R, n);
+    Engine::for_each(MedianPickOp<scalar_t>{in, sk, sorted_pos.data_ptr<int32_t>(), values.data_ptr<scalar_t>(),
+                                            indices.data_ptr<int64_t>(), n, ignore_nan},
+                     R);
+  });
+}
+
+namespace cuda {
+// median_compute on CUDA with CUB's stable segmented sort (cuda/median.cu).
+void median_kernel(const at::Tensor& rows, at::Tensor& values, at::Tensor& indices, bool ignore_nan);
+}  // namespace cuda
+
+}  // namespace detops
