@@ -64,4 +64,8 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
   return self;
 }
 
+at::Tensor& put_cpu(at::Tensor& self, const at::Tensor& index, const at::Tensor& source, bool accumulate) {
+  return accumulate ? at::cpu::put_(self, index, source, accumulate) : put_(self, index, source, accumulate);
+}
+
 }  // namespace detops

@@ -8,4 +8,8 @@ namespace detops {
 
 at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& source, bool accumulate);
 
+// The aten CPU override (registration/cpu_ops.def): put_ for accumulate=False, where stock's CPU kernel throws
+// under the flag; stock's CPU kernel (deterministic, serial) for accumulate=True.
+at::Tensor& put_cpu(at::Tensor& self, const at::Tensor& index, const at::Tensor& source, bool accumulate);
+
 }  // namespace detops

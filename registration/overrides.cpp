@@ -1,9 +1,9 @@
-// The aten CUDA overrides made from the one table (registration/ops.def), covered_ops(), and the modes
-// that install them.
+// The aten CUDA overrides made from the one table (registration/ops.def), the aten CPU overrides made from
+// the CPU table (registration/cpu_ops.def), covered_ops(), covered_cpu_ops(), and the modes that install them.
 //
-// Every table line routes one aten overload on the CUDA dispatch key to its detops front end when
-// use_detops_kernels() says so, and otherwise to the stock CUDA kernel, called directly through its
-// at::cuda:: function (never through the dispatcher, which would come back here).
+// Every table line routes one aten overload on its dispatch key (CUDA or CPU) to its detops front end when
+// use_detops_kernels() says so, and otherwise to the stock kernel of that device, called directly through
+// its at::cuda:: or at::cpu:: function (never through the dispatcher, which would come back here).
 #include "detops/detops.h"
 #include "ops/common.h"
 #include "registration/table.h"
@@ -27,7 +27,8 @@ enum class Mode : int { Auto = 0, Always = 1, Off = 2 };
 std::atomic<int> g_mode{static_cast<int>(Mode::Auto)};
 std::atomic<bool> g_strict{false};
 std::mutex g_mutex;
-torch::Library* g_library = nullptr;  // owns the overrides; deleting it restores the stock kernels
+torch::Library* g_library = nullptr;      // owns the CUDA overrides; deleting it restores the stock kernels
+torch::Library* g_cpu_library = nullptr;  // the same for the CPU overrides
 
 // detops when the mode says so, else the stock CUDA kernel. NB: Stock's parameter has Ours' type, so an
 // overloaded at::cuda:: name (_ctc_loss_backward) resolves to the overload with the front end's signature.
@@ -57,6 +58,13 @@ const Override kOverrides[] = {
 #undef DETOPS_OP
 };
 
+const Override kCpuOverrides[] = {
+#define DETOPS_OP(header, name, overload, front_end, stock) \
+  Override{table::qualified(#name, #overload), &install<&Route<&detops::front_end, &at::cpu::stock>::call>},
+#include "registration/cpu_ops.def"
+#undef DETOPS_OP
+};
+
 // Drops the dispatcher's multi-line "Overriding a previously registered kernel" warning, which is the
 // point of this library; forwards every other warning.
 class QuietOverrideWarnings : public c10::WarningHandler {
@@ -78,12 +86,18 @@ void install_overrides_locked() {
   auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__,
                                               __LINE__);
   for (const Override& o : kOverrides) o.install(*lib, o.name.c_str());
+  auto cpu_lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::CPU, __FILE__,
+                                                  __LINE__);
+  for (const Override& o : kCpuOverrides) o.install(*cpu_lib, o.name.c_str());
   g_library = lib.release();
+  g_cpu_library = cpu_lib.release();
 }
 
 void remove_overrides_locked() {
   delete g_library;
   g_library = nullptr;
+  delete g_cpu_library;
+  g_cpu_library = nullptr;
 }
 
 std::optional<Mode> try_parse_mode(const std::string& mode) {
@@ -129,7 +143,7 @@ void apply_mode(Mode m) {
   try {
     apply_mode(*mode);
   } catch (const std::exception& e) {
-    TORCH_WARN("detops: the CUDA overrides could not be installed (", e.what(), "); mode 'off'");
+    TORCH_WARN("detops: the overrides could not be installed (", e.what(), "); mode 'off'");
     g_mode = static_cast<int>(Mode::Off);
   }
   return true;
@@ -168,6 +182,12 @@ bool get_strict() {
 std::vector<std::string> covered_ops() {
   std::vector<std::string> names;
   for (const Override& o : kOverrides) names.push_back(std::string("aten::") + o.name);
+  return names;
+}
+
+std::vector<std::string> covered_cpu_ops() {
+  std::vector<std::string> names;
+  for (const Override& o : kCpuOverrides) names.push_back(std::string("aten::") + o.name);
   return names;
 }
 

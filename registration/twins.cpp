@@ -31,6 +31,7 @@ TORCH_LIBRARY(detops, m) {
   m.def("set_strict(bool strict) -> ()", [](bool strict) { detops::set_strict(strict); });
   m.def("get_strict() -> bool", [] { return detops::get_strict(); });
   m.def("covered_ops() -> str[]", [] { return detops::covered_ops(); });
+  m.def("covered_cpu_ops() -> str[]", [] { return detops::covered_cpu_ops(); });
   m.def("version() -> str", [] { return detops::version(); });
 }
 

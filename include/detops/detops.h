@@ -23,6 +23,10 @@ bool get_strict();
 // The aten overloads detops overrides on CUDA, e.g. "aten::index_add.out".
 std::vector<std::string> covered_ops();
 
+// The aten overloads detops overrides on the CPU, where stock's CPU kernel throws under the deterministic
+// flag, e.g. "aten::max_unpool2d". Each is in covered_ops() too. The modes apply to them as to the CUDA ones.
+std::vector<std::string> covered_cpu_ops();
+
 // Library version, "MAJOR.MINOR.PATCH".
 std::string version();
 

@@ -24,6 +24,7 @@ __all__ = [
     "__version__",
     "compile_routed",
     "covered_ops",
+    "covered_cpu_ops",
     "disable",
     "enable",
     "get_mode",
@@ -170,6 +171,12 @@ def strict(enabled: bool = True) -> Iterator[None]:
 def covered_ops() -> List[str]:
     """The aten overloads detops overrides on CUDA, e.g. ``aten::index_add.out``."""
     return list(torch.ops.detops.covered_ops())
+
+
+def covered_cpu_ops() -> List[str]:
+    """The aten overloads detops overrides on the CPU, where stock's CPU kernel throws under the flag, e.g.
+    ``aten::max_unpool2d`` (each is in :func:`covered_ops` too)."""
+    return list(torch.ops.detops.covered_cpu_ops())
 
 
 load_library()

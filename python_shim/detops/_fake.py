@@ -110,6 +110,18 @@ def _median(self, dim, keepdim=False):
     return self.new_empty(shape), self.new_empty(shape, dtype=torch.int64)
 
 
+def _max_unpool2d(self, indices, output_size):
+    # A 4-d input keeps its suggested memory format (channels-last in, channels-last out), as stock.
+    out = self.new_empty((*self.shape[:-2], *output_size))
+    if self.dim() == 4:
+        out = out.contiguous(memory_format=suggest_memory_format(self))
+    return out
+
+
+def _max_unpool3d(self, indices, output_size, stride, padding):
+    return self.new_empty((*self.shape[:-3], *output_size))
+
+
 # The functional result of each aten operator detops covers, by name (no overload): a tensor, or a tuple for
 # an operator with several results (an out overload then resizes its out arguments in order).
 FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
@@ -144,6 +156,8 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
     "scatter": _like_self,
     "scatter_": _like_self,
     "_index_put_impl_": _like_self,
+    "max_unpool2d": _max_unpool2d,
+    "max_unpool3d": _max_unpool3d,
     "median": _median,
     "nanmedian": _median,
     **{f"{kind}_pad{n}d_backward": _pool_like_self_in_its_format
@@ -159,8 +173,9 @@ FUNCTIONAL_RESULTS: Dict[str, Callable[..., Any]] = {
 
 # The functional overload whose result each writing twin (in-place, .out, .grad_input) stores into the
 # argument it writes: what detops._functionalize calls for it under torch.compile and opcheck. Keys and values
-# are spelled as in covered_ops(); "detops::put" and "detops::_index_put_impl" are functional companions
-# detops defines for put_ and _index_put_impl_, which have no functional aten overload covered. A new writing overload adds one line.
+# are spelled as in covered_ops(); "detops::put", "detops::_index_put_impl", "detops::median_dim" and
+# "detops::nanmedian_dim" are functional companions detops defines for put_, _index_put_impl_ and the
+# .dim_values overloads, which have no functional aten overload covered. A new writing overload adds one line.
 FUNCTIONAL_OVERLOADS: Dict[str, str] = {
     "aten::index_add_": "aten::index_add",
     "aten::index_add.out": "aten::index_add",
@@ -184,6 +199,10 @@ FUNCTIONAL_OVERLOADS: Dict[str, str] = {
     "aten::index_reduce.out": "aten::index_reduce",
     "aten::_upsample_bilinear2d_aa_backward.grad_input": "aten::_upsample_bilinear2d_aa_backward",
     "aten::_upsample_bicubic2d_aa_backward.grad_input": "aten::_upsample_bicubic2d_aa_backward",
+    "aten::median.dim_values": "detops::median_dim",
+    "aten::nanmedian.dim_values": "detops::nanmedian_dim",
+    "aten::max_unpool2d.out": "aten::max_unpool2d",
+    "aten::max_unpool3d.out": "aten::max_unpool3d",
     **{f"aten::{kind}_pad{n}d_backward.grad_input": f"aten::{kind}_pad{n}d_backward"
        for kind in ("reflection", "replication") for n in (1, 2, 3)},
     **{f"aten::upsample_{kind}_backward.grad_input": f"aten::upsample_{kind}_backward"

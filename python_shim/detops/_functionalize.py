@@ -64,7 +64,30 @@ def _define_index_put_impl() -> None:
         return torch.empty_like(self)
 
 
-_COMPANIONS = {"detops::put": _define_put, "detops::_index_put_impl": _define_index_put_impl}
+def _define_median(name: str) -> None:
+    """``detops::median_dim`` / ``detops::nanmedian_dim``: the functional companions of ``median.dim_values``
+    and ``nanmedian.dim_values`` (aten's ``median.dim``: fresh values and indices, then the out overload)."""
+    if hasattr(torch.ops.detops, f"{name}_dim"):
+        return
+    twin = getattr(torch.ops.detops, name).dim_values
+
+    @torch.library.custom_op(f"detops::{name}_dim", mutates_args=())
+    def median_dim(self: torch.Tensor, dim: int, keepdim: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+        values = self.new_empty((0,))
+        indices = self.new_empty((0,), dtype=torch.int64)
+        twin(self, dim, keepdim, values=values, indices=indices)
+        return values, indices
+
+    @median_dim.register_fake
+    def _(self, dim, keepdim=False):
+        from ._fake import FUNCTIONAL_RESULTS
+
+        return FUNCTIONAL_RESULTS[name](self, dim, keepdim)
+
+
+_COMPANIONS = {"detops::put": _define_put, "detops::_index_put_impl": _define_index_put_impl,
+               "detops::median_dim": lambda: _define_median("median"),
+               "detops::nanmedian_dim": lambda: _define_median("nanmedian")}
 
 
 def written_arguments(overload: torch._ops.OpOverload) -> List[str]:

@@ -863,3 +863,30 @@ for _name, _nan in (("median", False), ("nanmedian", True)):
         _median_builder(_nan, 1 << 22, 9, 1 << 10, 9))
     register(f"aten::{_name}.dim_values", "long_rows", "64 rows of 64K")(
         _median_builder(_nan, 64, 1 << 16, 4, 1 << 10))
+
+
+# ---------------------------------------------------------------------------------------------------
+# max_unpool2d / max_unpool3d: a SegNet decoder's unpooling (indices of a 2x2 / 2x2x2 stride-2 max pool), and
+# an overlapping pool (3x3, stride 1), whose indices repeat: several input elements write one output element.
+
+def _max_unpool_builder(kind: str, dims: int, full_shape, small_shape, kernel: int, stride: int) -> Builder:
+    def build(device, g, full: bool) -> Call:
+        shape = full_shape if full else small_shape
+        x = _randn(shape, g, device)
+        pool = torch.nn.functional.max_pool2d if dims == 2 else torch.nn.functional.max_pool3d
+        values, indices = pool(x, kernel, stride, return_indices=True)
+        output_size = list(shape[-dims:])
+        args = (values, indices, output_size) if dims == 2 else (values, indices, output_size, [stride] * 3, [0] * 3)
+        kwargs = {"out": torch.empty(0, device=device)} if kind == "out" else {}
+        return Call(args, kwargs, min_bytes=values.numel() * (ES + 8) + x.numel() * ES)
+
+    return build
+
+
+for _suffix, _kind in (("", "functional"), (".out", "out")):
+    register(f"aten::max_unpool2d{_suffix}", "segnet", "16x64x224x224 output, 2x2 stride-2 pool indices")(
+        _max_unpool_builder(_kind, 2, (16, 64, 224, 224), (2, 4, 16, 16), 2, 2))
+    register(f"aten::max_unpool2d{_suffix}", "overlapping", "16x64x112x112 output, 3x3 stride-1 pool indices")(
+        _max_unpool_builder(_kind, 2, (16, 64, 112, 112), (2, 4, 16, 16), 3, 1))
+    register(f"aten::max_unpool3d{_suffix}", "segnet3d", "4x32x32x112x112 output, 2x2x2 stride-2 pool indices")(
+        _max_unpool_builder(_kind, 3, (4, 32, 32, 112, 112), (2, 3, 4, 8, 8), 2, 2))

@@ -156,8 +156,11 @@ STOCK_TABLE: Dict[str, Tuple[StockEntry, ...]] = {
     **_overloads("put_", _throws("put_", 2)),
     # put and put.out have no CUDA kernel: stock's composite kernel clones self and calls put_.
     **_overloads("put put.out", _throws("put_", 2, note="via put_", covered_by="aten::put_")),
-    **_overloads("max_unpool2d max_unpool2d.out", _throws("max_unpooling2d_forward_out", 2)),
-    **_overloads("max_unpool3d max_unpool3d.out", _throws("max_unpooling3d_forward_out", 2)),
+    # max_unpool: stock's CPU kernels throw under the flag too (detops.covered_cpu_ops()).
+    **_overloads("max_unpool2d max_unpool2d.out",
+                 _throws("max_unpooling2d_forward_out", 2, note="on the CPU too")),
+    **_overloads("max_unpool3d max_unpool3d.out",
+                 _throws("max_unpooling3d_forward_out", 2, note="on the CPU too")),
     **_overloads("reflection_pad1d_backward reflection_pad1d_backward.grad_input",
                  _throws("reflection_pad1d_backward_out_cuda", 2)),
     **_overloads("reflection_pad3d_backward reflection_pad3d_backward.grad_input",

@@ -1,22 +1,29 @@
-// The mode API and the dispatcher's table of aten CUDA kernels in each mode.
+// The mode API and the dispatcher's tables of aten CUDA and CPU kernels in each mode.
 #include "detops/detops.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace {
 
-std::string cuda_kernel_of(const std::string& name) {
+// The dispatcher's kernel line for `name` on `key` ("CUDA" or "CPU").
+std::string kernel_of(const std::string& name, const std::string& key) {
   const auto dot = name.find('.');
   const std::string op = name.substr(0, dot);
   const std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
   auto handle = c10::Dispatcher::singleton().findSchema({op, overload});
   EXPECT_TRUE(handle.has_value()) << name;
   const std::string dump = handle->dumpState();
-  const auto at = dump.find("\nCUDA: ");
+  const auto at = dump.find("\n" + key + ": ");
   EXPECT_NE(at, std::string::npos) << dump;
   return dump.substr(at, dump.find('\n', at + 1) - at);
+}
+
+std::string cuda_kernel_of(const std::string& name) {
+  return kernel_of(name, "CUDA");
 }
 
 // covered_ops() is the one table (registration/ops.def), line for line and in order, and every line names
@@ -51,6 +58,39 @@ TEST(Registration, ModesInstallAndRemoveTheOverrides) {
   EXPECT_EQ(detops::get_mode(), "always");
   for (const auto& name : detops::covered_ops()) {
     EXPECT_NE(cuda_kernel_of(name).find("registration/overrides.cpp"), std::string::npos) << name;
+  }
+  detops::set_mode("auto");
+}
+
+// covered_cpu_ops() is the CPU table (registration/cpu_ops.def), line for line, and each line is in the CUDA
+// table too (which gives it its twin).
+TEST(Registration, CoveredCpuOpsAreTheCpuTable) {
+  const std::vector<std::string> table = {
+#define DETOPS_OP(header, name, overload, front_end, stock) \
+  std::string("aten::") + (sizeof(#overload) == 1 ? #name : #name "." #overload),
+#include "registration/cpu_ops.def"
+#undef DETOPS_OP
+  };
+  EXPECT_EQ(detops::covered_cpu_ops(), table);
+  EXPECT_GE(table.size(), 5u);
+  const std::vector<std::string> covered = detops::covered_ops();
+  for (const auto& name : table) {
+    EXPECT_NE(std::find(covered.begin(), covered.end(), name), covered.end()) << name;
+  }
+}
+
+TEST(Registration, ModesInstallAndRemoveTheCpuOverrides) {
+  EXPECT_EQ(detops::get_mode(), "auto");
+  for (const auto& name : detops::covered_cpu_ops()) {
+    EXPECT_NE(kernel_of(name, "CPU").find("registration/overrides.cpp"), std::string::npos) << name;
+  }
+  detops::set_mode("off");
+  for (const auto& name : detops::covered_cpu_ops()) {
+    EXPECT_EQ(kernel_of(name, "CPU").find("registration/overrides.cpp"), std::string::npos) << name;
+  }
+  detops::set_mode("always");
+  for (const auto& name : detops::covered_cpu_ops()) {
+    EXPECT_NE(kernel_of(name, "CPU").find("registration/overrides.cpp"), std::string::npos) << name;
   }
   detops::set_mode("auto");
 }

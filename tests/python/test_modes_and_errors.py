@@ -22,11 +22,21 @@ def table_rows():
     return [f"aten::{name}.{overload}" if overload else f"aten::{name}" for _, name, overload in rows]
 
 
-def cuda_kernel_line(name):
+def cpu_table_rows():
+    """The CPU table, read as text: aten overloads of registration/cpu_ops.def, in order."""
+    rows = re.findall(r"^DETOPS_OP\((\w+), *(\w+), *(\w*),", (REPO / "registration/cpu_ops.def").read_text(), re.M)
+    return [f"aten::{name}.{overload}" if overload else f"aten::{name}" for _, name, overload in rows]
+
+
+def kernel_line(name, key):
     dump = torch._C._dispatch_dump(name)
-    lines = [line for line in dump.splitlines() if line.startswith("CUDA:")]
+    lines = [line for line in dump.splitlines() if line.startswith(f"{key}:")]
     assert len(lines) == 1, dump
     return lines[0]
+
+
+def cuda_kernel_line(name):
+    return kernel_line(name, "CUDA")
 
 
 def test_covered_ops_are_the_table():
@@ -34,6 +44,49 @@ def test_covered_ops_are_the_table():
     assert len(set(COVERED)) == len(COVERED) >= 25
     for name in ["aten::index_add_", "aten::scatter_add.out", "aten::_ctc_loss_backward.Tensor"]:
         assert name in COVERED
+
+
+def test_covered_cpu_ops_are_the_cpu_table():
+    cpu = detops.covered_cpu_ops()
+    assert cpu == cpu_table_rows()
+    assert {"aten::max_unpool2d", "aten::max_unpool2d.out", "aten::max_unpool3d", "aten::max_unpool3d.out",
+            "aten::put_"} <= set(cpu)
+    assert set(cpu) <= set(COVERED)  # each has its twin from the CUDA table
+
+
+@pytest.mark.parametrize("name", detops.covered_cpu_ops())
+def test_cpu_dispatcher_table_follows_the_mode(name):
+    detops.set_mode("auto")
+    assert "registration/overrides.cpp" in kernel_line(name, "CPU")
+    detops.set_mode("off")
+    line = kernel_line(name, "CPU")
+    assert "registration/overrides.cpp" not in line and "RegisterCPU" in line
+    detops.set_mode("always")
+    assert "registration/overrides.cpp" in kernel_line(name, "CPU")
+
+
+def test_cpu_overrides_follow_the_flag_and_the_mode():
+    x = torch.randn(1, 1, 2, 2)
+    indices = torch.tensor([[[[0, 0], [3, 3]]]])  # repeated: the later element of each pair wins
+    want = torch.zeros(4)
+    want[0], want[3] = x[0, 0, 0, 1], x[0, 0, 1, 1]
+    want = want.view(1, 1, 2, 2)
+    torch.use_deterministic_algorithms(True)
+    detops.set_mode("auto")
+    assert torch.equal(torch.nn.functional.max_unpool2d(x, indices, 1, output_size=(2, 2)), want)
+    assert torch.equal(torch.zeros(4).put_(torch.tensor([1, 1]), torch.tensor([2.0, 5.0])),
+                       torch.tensor([0.0, 5.0, 0.0, 0.0]))
+    # accumulate=True: stock's CPU kernel (no throw in stock), a serial sum.
+    assert torch.equal(torch.zeros(4).put_(torch.tensor([1, 1]), torch.tensor([2.0, 5.0]), accumulate=True),
+                       torch.tensor([0.0, 7.0, 0.0, 0.0]))
+    with detops.mode("off"):
+        with pytest.raises(RuntimeError, match="max_unpooling2d_forward_out does not have a deterministic"):
+            torch.nn.functional.max_unpool2d(x, indices, 1, output_size=(2, 2))
+        with pytest.raises(RuntimeError, match="put_ does not have a deterministic"):
+            torch.zeros(4).put_(torch.tensor([1]), torch.tensor([2.0]))
+    torch.use_deterministic_algorithms(False)
+    with detops.mode("always"):
+        assert torch.equal(torch.nn.functional.max_unpool2d(x, indices, 1, output_size=(2, 2)), want)
 
 
 def test_version_has_one_source():
@@ -171,8 +224,8 @@ def test_every_op_in_the_table_has_its_four_files():
     # docs/adding_an_op.md: an op is ops/<h>.h, ops/<h>.cpp, ops/<h>_op.h and cuda/<h>.cu, plus table lines.
     text = (REPO / "registration/ops.def").read_text()
     headers = sorted(set(re.findall(r"^DETOPS_OP\((\w+),", text, re.M)))
-    assert {"bincount", "ctc_loss", "embedding_bag", "histc", "index_add", "index_copy", "index_reduce", "median",
-            "nll_loss2d", "padding", "pooling", "put", "scatter_add", "scatter_reduce"} <= set(headers)
+    assert {"bincount", "ctc_loss", "embedding_bag", "histc", "index_add", "index_copy", "index_reduce", "max_unpool",
+            "median", "nll_loss2d", "padding", "pooling", "put", "scatter_add", "scatter_reduce"} <= set(headers)
     for h in headers:
         for path in [f"ops/{h}.h", f"ops/{h}.cpp", f"ops/{h}_op.h", f"cuda/{h}.cu"]:
             assert (REPO / path).is_file(), path

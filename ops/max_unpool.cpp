@@ -1,0 +1,168 @@
+// max_unpool2d / max_unpool3d (functional, .out): checks, layouts, and the CPU path. The CUDA path is
+// cuda/max_unpool.cu; both take, for each output element, the last input element in source order that
+// writes it (ops/max_unpool_op.h), and give the same bits.
+#include "ops/max_unpool.h"
+
+#include "ops/common.h"
+#include "ops/max_unpool_op.h"
+#include "ops/sort_reduce_cpu.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/irange.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace detops {
+namespace {
+
+bool unpool_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+
+// Stock's check that every non-batch dim of the input is non-empty, with its kernel's name.
+void check_non_empty(const at::Tensor& self, const char* kernel) {
+  for (const auto i : c10::irange(1, self.dim())) {
+    TORCH_CHECK(self.size(i) > 0, kernel, self.is_cuda() ? "_cuda" : "_cpu",
+                "(): Expected input to have non-zero size for non-batch dimensions, but got ", self.sizes(),
+                " with dimension ", i, " being empty.");
+  }
+}
+
+// Stock's 2-d checks in stock's order (max_unpooling2d_forward_out_cpu).
+void check_unpool2d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size) {
+  TORCH_CHECK(indices.scalar_type() == at::kLong, "elements in indices should be type int64 but got: ",
+              indices.scalar_type());
+  TORCH_CHECK(output_size.size() == 2,
+              "There should be exactly two elements (height, width) in output_size, but got ", output_size.size(),
+              " elements.");
+  TORCH_CHECK(self.dim() == 3 || self.dim() == 4,
+              "Input to max_unpooling2d should be a 3d or 4d Tensor, but got a tensor with ", self.dim(),
+              " dimensions.");
+  TORCH_CHECK(self.sizes() == indices.sizes(), "Expected shape of indices to be same as that of the input tensor (",
+              self.sizes(), ") but got indices tensor with shape: ", indices.sizes());
+  check_non_empty(self, "max_unpooling2d_forward_out");
+}
+
+// Stock's 3-d checks in stock's order (max_unpooling3d_shape_check).
+void check_unpool3d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
+                    at::IntArrayRef stride, at::IntArrayRef padding) {
+  TORCH_CHECK(indices.scalar_type() == at::kLong, "elements in indices should be type int64");
+  TORCH_CHECK(self.dim() == 4 || self.dim() == 5,
+              "Input to max_unpooling3d should be a 4d or 5d Tensor, but got a tensor with ", self.dim(),
+              " dimensions.");
+  TORCH_CHECK(output_size.size() == 3,
+              "There should be exactly three elements (depth, height, width) in output_size, but got ",
+              output_size.size(), " elements.");
+  TORCH_CHECK(stride.size() == 3,
+              "There should be exactly three elements (depth, height, width) in stride, but got: ", stride.size(),
+              " elements.");
+  TORCH_CHECK(padding.size() == 3,
+              "There should be exactly three elements (depth, height, width) in padding, but got: ", padding.size(),
+              " elements.");
+  TORCH_CHECK(self.sizes() == indices.sizes(), "Expected shape of indices to be same as that of the input tensor (",
+              self.sizes(), ") but got indices tensor with shape: ", indices.sizes());
+  check_non_empty(self, "max_unpooling3d_forward_out");
+  TORCH_CHECK(stride[0] > 0 && stride[1] > 0 && stride[2] > 0, "strides should be greater than zero, but got stride: ",
+              stride);
+}
+
+// "HxW" or "DxHxW", as stock's error names the output volume.
+std::string volume(at::IntArrayRef output_size) {
+  std::string s;
+  for (const auto i : c10::irange(output_size.size())) s += (i ? "x" : "") + std::to_string(output_size[i]);
+  return s;
+}
+
+// Stock's error for the first index (in source order) outside [0, out_image), where validates_on_host().
+void check_unpool_indices(const at::Tensor& indices, int64_t out_image, at::IntArrayRef output_size) {
+  if (indices.numel() == 0 || !validates_on_host(indices)) return;
+  const at::Tensor host = indices.is_cpu() ? indices : indices.cpu();
+  const int64_t* p = host.const_data_ptr<int64_t>();
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    TORCH_CHECK(p[i] >= 0 && p[i] < out_image, "Found an invalid max index: ", p[i],
+                " (output volumes are of size ", volume(output_size), ")");
+  }
+}
+
+// The winners on the CPU: planes in parallel, each plane's elements in source order, the later one
+// overwriting, which is the largest position. NB: a plane is walked whole by one thread, so the result does
+// not depend on the number of threads.
+struct SerialScatter {
+  void operator()(const int64_t* indices, int64_t n, int64_t in_image, int64_t out_image, int64_t* winner) const {
+    at::parallel_for(0, n / in_image, std::max<int64_t>(1, 16384 / in_image), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin * in_image; i < end * in_image; ++i) {
+        const int64_t d = max_unpool_dest(i, indices, in_image, out_image);
+        if (d >= 0) winner[d] = i;
+      }
+    });
+  }
+};
+
+// The shared body: out resized to the batch and channel dims of self followed by output_size (in
+// `format`), zeroed, then written. spatial: 2 or 3.
+at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const at::Tensor& indices,
+                                at::IntArrayRef output_size, int64_t spatial, at::MemoryFormat format,
+                                at::Tensor& out) {
+  TORCH_CHECK_NOT_IMPLEMENTED(unpool_dtype(self.scalar_type()), "\"", name, "\" not implemented for '",
+                              self.scalar_type(), "'");
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "expected scalar type ", self.scalar_type(),
+              " but found ", out.scalar_type());
+  check_same_device(name, self, indices, "indices");
+  check_same_device(name, self, out, "out");
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end() - spatial);
+  shape.insert(shape.end(), output_size.begin(), output_size.end());
+  out.resize_(shape, format);
+  int64_t in_image = 1;
+  int64_t out_image = 1;
+  for (const auto i : c10::irange(spatial)) {
+    in_image *= self.size(self.dim() - spatial + i);
+    out_image *= output_size[i];
+  }
+  const at::Tensor idx = indices.contiguous();
+  if (out.numel() != 0) check_unpool_indices(idx, out_image, output_size);
+  out.zero_();
+  if (out.numel() == 0 || self.numel() == 0) return out;
+  const at::Tensor in = self.contiguous();
+  at::Tensor work = out.is_contiguous() ? out : at::empty(shape, out.options());
+  if (work.is_cuda()) {
+    cuda::max_unpool_kernel(in, idx, work, in_image, out_image);
+  } else {
+    max_unpool_compute<cpu::Engine>(in, idx, work, in_image, out_image, SerialScatter());
+  }
+  if (!work.is_same(out)) out.copy_(work);
+  return out;
+}
+
+}  // namespace
+
+at::Tensor& max_unpool2d_out(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
+                             at::Tensor& out) {
+  check_unpool2d(self, indices, output_size);
+  // NB: stock keeps a 4-d input's suggested memory format (channels-last in, channels-last out).
+  const at::MemoryFormat format = self.dim() == 4 ? self.suggest_memory_format() : at::MemoryFormat::Contiguous;
+  return max_unpool_out_impl("max_unpool2d", self, indices, output_size, 2, format, out);
+}
+
+at::Tensor max_unpool2d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size) {
+  at::Tensor out = at::empty({0}, self.options());
+  max_unpool2d_out(self, indices, output_size, out);
+  return out;
+}
+
+at::Tensor& max_unpool3d_out(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
+                             at::IntArrayRef stride, at::IntArrayRef padding, at::Tensor& out) {
+  check_unpool3d(self, indices, output_size, stride, padding);
+  return max_unpool_out_impl("max_unpool3d", self, indices, output_size, 3, at::MemoryFormat::Contiguous, out);
+}
+
+at::Tensor max_unpool3d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
+                        at::IntArrayRef stride, at::IntArrayRef padding) {
+  at::Tensor out = at::empty({0}, self.options());
+  max_unpool3d_out(self, indices, output_size, stride, padding, out);
+  return out;
+}
+
+}  // namespace detops

@@ -1,0 +1,19 @@
+// max_unpool2d / max_unpool3d front ends (ops/max_unpool.cpp): aten's signatures, CPU and CUDA tensors. Stock
+// throws under the deterministic flag on both devices, so these override the aten CPU kernels as well
+// (registration/cpu_ops.def). nn.MaxUnpool1d goes through max_unpool2d.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+namespace detops {
+
+at::Tensor max_unpool2d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size);
+at::Tensor& max_unpool2d_out(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
+                             at::Tensor& out);
+at::Tensor max_unpool3d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
+                        at::IntArrayRef stride, at::IntArrayRef padding);
+at::Tensor& max_unpool3d_out(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
+                             at::IntArrayRef stride, at::IntArrayRef padding, at::Tensor& out);
+
+}  // namespace detops
