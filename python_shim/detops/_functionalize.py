@@ -71,7 +71,9 @@ def _define_median(name: str) -> None:
         return
     twin = getattr(torch.ops.detops, name).dim_values
 
-    @torch.library.custom_op(f"detops::{name}_dim", mutates_args=())
+    # NB: the schema is spelled out: an inferred one would make dim a SymInt, not aten's int.
+    @torch.library.custom_op(f"detops::{name}_dim", mutates_args=(),
+                             schema="(Tensor self, int dim, bool keepdim=False) -> (Tensor, Tensor)")
     def median_dim(self: torch.Tensor, dim: int, keepdim: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
         values = self.new_empty((0,))
         indices = self.new_empty((0,), dtype=torch.int64)

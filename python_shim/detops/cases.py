@@ -852,7 +852,8 @@ def _median_builder(nan: bool, rows_full: int, n_full: int, rows_small: int, n_s
         self_ = _randn((rows, n), g, device)
         if nan:
             self_ = self_.masked_fill(_rand((rows, n), g, device) < 0.01, float("nan"))
-        kwargs = {"values": torch.empty(0, device=device), "indices": torch.empty(0, dtype=torch.long, device=device)}
+        kwargs = {"values": torch.empty(rows, device=device),
+                  "indices": torch.empty(rows, dtype=torch.long, device=device)}
         return Call((self_, 1, False), kwargs, min_bytes=rows * n * ES + rows * (ES + 8))
 
     return build
@@ -877,7 +878,7 @@ def _max_unpool_builder(kind: str, dims: int, full_shape, small_shape, kernel: i
         values, indices = pool(x, kernel, stride, return_indices=True)
         output_size = list(shape[-dims:])
         args = (values, indices, output_size) if dims == 2 else (values, indices, output_size, [stride] * 3, [0] * 3)
-        kwargs = {"out": torch.empty(0, device=device)} if kind == "out" else {}
+        kwargs = {"out": torch.empty_like(x)} if kind == "out" else {}
         return Call(args, kwargs, min_bytes=values.numel() * (ES + 8) + x.numel() * ES)
 
     return build

@@ -83,6 +83,16 @@ def test_tie_and_nan_rules():
     assert torch.isnan(v).all() and i.tolist() == [0, 0]
 
 
+def test_nanmedian_of_nan_rows_gives_stocks_index():
+    # Stock's index for a row of NaN is where its selection algorithm leaves equal elements: a function of
+    # the row length only (ops/median_op.h, nan_row_index).
+    for n in list(range(1, 300)) + [1000, 4097, 65536, 100003]:
+        x = torch.full((n,), float("nan"))
+        assert twin("nanmedian", x, 0)[1].item() == torch.nanmedian(x, 0).indices.item(), n
+    x = torch.full((1 << 24,), float("nan"), dtype=torch.float16)
+    assert twin("nanmedian", x, 0)[1].item() == torch.nanmedian(x, 0).indices.item()
+
+
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_zero_dim_and_empty(name):
     x = torch.tensor(3.5)
@@ -102,8 +112,10 @@ def test_out_tensors_resized_as_stock(name):
     got = twin(name, x, 0, False, values, indices)
     assert got[0] is values and got[1] is indices
     assert_same((values, indices), OPS[name](x, 0), "out")
-    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
-        twin(name, x, 0, False, torch.empty(2), torch.empty(2, dtype=torch.long))
+    # A non-empty out of another shape is resized too, as stock's resize_output does (with its warning).
+    values, indices = torch.empty(2), torch.empty(2, dtype=torch.long)
+    twin(name, x, 0, False, values, indices)
+    assert values.shape == indices.shape == (6,)
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
@@ -117,8 +129,8 @@ def test_bad_arguments(name):
         twin(name, x, 0, indices=torch.empty(0, dtype=torch.int32))
     with pytest.raises(RuntimeError, match="Expected tensor for 'values' to have the same type as tensor for argument #2 'self'"):
         twin(name, x, 0, values=torch.empty(0, dtype=torch.float64))
-    for dtype in (torch.bool, torch.complex64):
-        with pytest.raises(NotImplementedError, match=f"\"median_out\" not implemented for '{str(dtype)[6:].capitalize()}"):
+    for dtype, spelled in ((torch.bool, "Bool"), (torch.complex64, "ComplexFloat")):
+        with pytest.raises(NotImplementedError, match=f"\"median_out\" not implemented for '{spelled}'"):
             twin(name, torch.ones(3, dtype=dtype), 0)
 
 
