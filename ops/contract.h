@@ -280,4 +280,18 @@ struct StreamingTree {
   }
 };
 
+// The tree of a sequence known to hold at most kBlock contributions: one block, a left fold (fold_block).
+// Same push()/finish() as StreamingTree, for gathers whose host-side plan bounds every count by kBlock.
+template <typename acc_t>
+struct BlockFold {
+  acc_t sum{};
+  bool any = false;
+
+  C10_HOST_DEVICE void push(acc_t v) {
+    sum = any ? add_rn(sum, v) : v;
+    any = true;
+  }
+  C10_HOST_DEVICE acc_t finish() const { return sum; }
+};
+
 }  // namespace detops

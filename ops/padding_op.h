@@ -49,20 +49,6 @@ struct AxisSources {
   }
 };
 
-// Step 2 of the contract for a sequence known to hold at most kBlock contributions: the tree is then one
-// block, a left fold (fold_block). Same push()/finish() as StreamingTree.
-template <typename acc_t>
-struct BlockFold {
-  acc_t sum{};
-  bool any = false;
-
-  C10_HOST_DEVICE void push(acc_t v) {
-    sum = any ? add_rn(sum, v) : v;
-    any = true;
-  }
-  C10_HOST_DEVICE acc_t finish() const { return sum; }
-};
-
 // One thread (CUDA) or loop iteration (CPU) per grad_input element: its sources along each axis, then their
 // grad_output values in ascending output position, folded by the contract's tree.
 template <typename scalar_t>

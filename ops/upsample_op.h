@@ -158,20 +158,6 @@ struct UpsampleAxis {
   }
 };
 
-// Step 2 of the contract for a sequence known to hold at most kBlock contributions: one block, a left
-// fold. Same push()/finish() as StreamingTree.
-template <typename acc_t>
-struct UpsampleLeftFold {
-  acc_t sum{};
-  bool any = false;
-
-  C10_HOST_DEVICE void push(acc_t v) {
-    sum = any ? add_rn(sum, v) : v;
-    any = true;
-  }
-  C10_HOST_DEVICE acc_t finish() const { return sum; }
-};
-
 // One thread (CUDA) or loop iteration (CPU) per grad_input element: the outputs that read it along each
 // axis, then their grad_output values times the weights in ascending output position, folded by the
 // contract's tree. Axes are (D, H, W); the 1-D and 2-D ops use identity axes of size 1 for the others.
@@ -233,7 +219,7 @@ struct UpsampleBackwardOp {
     // sequences (upsampling by more than about 2.8 per axis in 3-D) go through StreamingTree. Both give
     // tree_reduce's bits for the same sequence.
     if (total <= kBlock) {
-      UpsampleLeftFold<acc_t> fold;
+      BlockFold<acc_t> fold;
       visit(i, first, count, plane, fold);
       sum = fold.finish();
     } else {

@@ -30,12 +30,12 @@ std::mutex g_mutex;
 torch::Library* g_library = nullptr;      // owns the CUDA overrides; deleting it restores the stock kernels
 torch::Library* g_cpu_library = nullptr;  // the same for the CPU overrides
 
-// detops when the mode says so, else the stock CUDA kernel. NB: Stock's parameter has Ours' type, so an
+// detops when the mode says so, else the stock kernel. NB: Stock's parameter has Ours' type, so an
 // overloaded at::cuda:: name (_ctc_loss_backward) resolves to the overload with the front end's signature.
-template <auto Ours, decltype(Ours) Stock>
+template <typename Fn, Fn Ours, Fn Stock>
 struct Route;
 template <typename R, typename... Args, R (*Ours)(Args...), R (*Stock)(Args...)>
-struct Route<Ours, Stock> {
+struct Route<R (*)(Args...), Ours, Stock> {
   static R call(Args... args) {
     return use_detops_kernels() ? Ours(args...) : Stock(args...);
   }
@@ -46,6 +46,10 @@ void install(torch::Library& m, const char* name) {
   m.impl(name, TORCH_FN(Fn));
 }
 
+// The installer of one table line's route.
+#define DETOPS_ROUTE(front_end, stock) \
+  &install<&Route<decltype(&detops::front_end), &detops::front_end, &stock>::call>
+
 struct Override {
   std::string name;  // aten overload, "name" or "name.overload"
   void (*install)(torch::Library&, const char*);
@@ -53,17 +57,18 @@ struct Override {
 
 const Override kOverrides[] = {
 #define DETOPS_OP(header, name, overload, front_end, stock) \
-  Override{table::qualified(#name, #overload), &install<&Route<&detops::front_end, &at::cuda::stock>::call>},
+  Override{table::qualified(#name, #overload), DETOPS_ROUTE(front_end, at::cuda::stock)},
 #include "registration/ops.def"
 #undef DETOPS_OP
 };
 
 const Override kCpuOverrides[] = {
 #define DETOPS_OP(header, name, overload, front_end, stock) \
-  Override{table::qualified(#name, #overload), &install<&Route<&detops::front_end, &at::cpu::stock>::call>},
+  Override{table::qualified(#name, #overload), DETOPS_ROUTE(front_end, at::cpu::stock)},
 #include "registration/cpu_ops.def"
 #undef DETOPS_OP
 };
+#undef DETOPS_ROUTE
 
 // Drops the dispatcher's multi-line "Overriding a previously registered kernel" warning, which is the
 // point of this library; forwards every other warning.
