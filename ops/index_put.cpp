@@ -16,6 +16,7 @@
 
 #include "ops/common.h"
 #include "ops/index_put_op.h"
+#include "ops/put_op.h"  // put_add_dtype: accumulate=True sums the dtypes put_ sums
 #include "ops/sort_reduce_cpu.h"
 
 #include <ATen/ExpandUtils.h>
@@ -87,7 +88,7 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
   }
   TORCH_CHECK(value.device() == self.device(), kOp, "(): expected device ", self.device(), " but got device ",
               value.device(), " for value tensor");
-  if (accumulate && !index_put_add_dtype(self.scalar_type())) {
+  if (accumulate && !put_add_dtype(self.scalar_type())) {
     // bool and complex sums: stock's kernel (on CUDA its sorted path, deterministic).
     return self.is_cuda() ? at::cuda::_index_put_impl_(self, indices, values, accumulate, false)
                           : at::cpu::_index_put_impl_(self, indices, values, accumulate, false);

@@ -95,12 +95,6 @@ struct IndexPutLastOp {
 
 namespace detops {
 
-// Dtypes _index_put_impl_(accumulate=True) computes: the floating ones and the integers stock sums exactly.
-inline bool index_put_add_dtype(at::ScalarType t) {
-  return engine_dtype(t) || t == at::kByte || t == at::kChar || t == at::kShort || t == at::kInt ||
-         t == at::kLong;
-}
-
 template <typename Op, typename T>
 Op make_index_put_op(at::Tensor& result, const at::Tensor& rows, const at::Tensor& values, int64_t inner) {
   Op op;

@@ -87,7 +87,8 @@ struct PutLastOp {
 
 namespace detops {
 
-// Dtypes put_(accumulate=True) computes: the floating ones and the integers stock sums with atomics.
+// Dtypes put_(accumulate=True) and _index_put_impl_(accumulate=True) compute: the floating ones and the
+// integers stock sums exactly.
 inline bool put_add_dtype(at::ScalarType t) {
   return engine_dtype(t) || t == at::kByte || t == at::kChar || t == at::kShort || t == at::kInt ||
          t == at::kLong;

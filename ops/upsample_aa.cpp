@@ -129,7 +129,9 @@ UpsampleAaTables build_tables(AaFilter filter, int64_t ih, int64_t iw, int64_t o
   t.col_w = static_cast<int64_t>(rw.size());
   const int64_t weight_bytes = static_cast<int64_t>((rw.size() + cw.size()) * sizeof(acc_t));
   const int64_t words = t.weights_at + (weight_bytes + 7) / 8;
-  at::Tensor blob = at::empty({words}, at::TensorOptions().dtype(at::kLong));
+  // Pinned for a CUDA call, so the one copy below is asynchronous on the current stream (the caching host
+  // allocator keeps the buffer until the copy has run).
+  at::Tensor blob = at::empty({words}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
   int64_t* ip = blob.data_ptr<int64_t>();
   acc_t* wp = reinterpret_cast<acc_t*>(ip + t.weights_at);
   const auto put = [](auto* dst, const auto& v) {
@@ -141,7 +143,7 @@ UpsampleAaTables build_tables(AaFilter filter, int64_t ih, int64_t iw, int64_t o
   put(ip + t.col_out, co);
   put(wp + t.row_w, rw);
   put(wp + t.col_w, cw);
-  t.blob = blob.to(device);
+  t.blob = blob.to(device, /*non_blocking=*/true);
   return t;
 }
 

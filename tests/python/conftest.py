@@ -60,3 +60,12 @@ def rtol_for(dtype: torch.dtype) -> float:
 
 def assert_close_to_f64(got: torch.Tensor, ref64: torch.Tensor, msg: str = "") -> None:
     torch.testing.assert_close(got.double(), ref64.double(), rtol=rtol_for(got.dtype), atol=1e-5, msg=msg)
+
+
+def assert_twin_schemas_equal_aten(names) -> None:
+    """Each twin torch.ops.detops.<name>.<overload> has aten's schema (arguments, defaults, alias annotations)."""
+    for name in names:
+        base, _, overload = name[len("aten::"):].partition(".")
+        aten_schema = getattr(getattr(torch.ops.aten, base), overload or "default")._schema
+        twin_schema = getattr(getattr(torch.ops.detops, base), overload or "default")._schema
+        assert str(twin_schema).split("(", 1)[1] == str(aten_schema).split("(", 1)[1], name

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import detops
-from conftest import FLOAT_DTYPES, HAS_CUDA, assert_bitwise_equal, assert_close_to_f64
+from conftest import FLOAT_DTYPES, HAS_CUDA, assert_bitwise_equal, assert_close_to_f64, assert_twin_schemas_equal_aten
 
 ops = torch.ops.detops
 
@@ -154,11 +154,7 @@ def test_covered_ops_lists_every_pooling_overload():
 
 
 def test_twin_schemas_equal_aten():
-    for name in POOLING_OVERLOADS:
-        base, _, overload = name[len("aten::"):].partition(".")
-        aten = getattr(getattr(torch.ops.aten, base), overload or "default")._schema
-        twin = getattr(getattr(ops, base), overload or "default")._schema
-        assert str(twin).split("(", 1)[1] == str(aten).split("(", 1)[1], name
+    assert_twin_schemas_equal_aten(POOLING_OVERLOADS)
 
 
 @pytest.mark.parametrize("name,shape,forward", CASES, ids=CASE_IDS)
