@@ -250,7 +250,13 @@ def _measure_case(case: _cases.Case, reruns: int, reps: int, cuda: bool) -> dict
         torch.set_num_threads(threads)
     result["cpu_bitwise"] = same
     args, kwargs = _fresh(call)
-    reference = stock(*args, **kwargs)
+    try:
+        # NB: the reference at one thread: stock CPU's last-writer ops (index_put_ with accumulate=False and
+        # duplicate indices) pick a writer by thread timing with more.
+        torch.set_num_threads(1)
+        reference = stock(*args, **kwargs)
+    finally:
+        torch.set_num_threads(threads)
     result["cpu_matches_stock"] = all(
         torch.allclose(a.double(), b.double(), rtol=1e-4, atol=1e-4, equal_nan=True)
         for a, b in zip(_cases.output_tensors(first), _cases.output_tensors(reference)))

@@ -147,3 +147,19 @@ def test_bench_ops_cpu_mode_writes_the_shared_schema(tmp_path):
     assert all(b["real_time"] > 0 and b["time_unit"] == "us" and b["bytes_min"] > 0 for b in doc["benchmarks"])
     rows = R.summarize(doc)
     assert len(rows) == 2 and all(r["ours_vs_stock_cpu"] > 0 for r in rows)
+
+
+def test_report_compares_last_writer_ops_with_stock_at_one_thread():
+    # Stock CPU's index_put_(accumulate=False) and put_ with duplicate indices pick the writer by thread timing at
+    # more than one thread; the report's reference is stock at one thread, the serial source-order result.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        last_writer = [c for c in C.all_cases() if c.shape == "last_writer"]
+        assert {c.op for c in last_writer} == {"aten::_index_put_impl_", "aten::put_"}
+        for _ in range(20):
+            for case in last_writer:
+                r = R._measure_case(case, reruns=1, reps=1, cuda=False)
+                assert r["cpu_bitwise"] and r["cpu_matches_stock"], case.op
+    finally:
+        torch.set_num_threads(threads)
