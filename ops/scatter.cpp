@@ -41,10 +41,9 @@ at::Tensor value_as_src(const at::Tensor& self, const at::Tensor& index, const a
 at::Tensor& scatter_last_writer(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   if (index.numel() == 0) return self;
   const int64_t size = self.dim() == 0 ? 1 : self.size(dim);
-  check_index_values(kOp, "index", index, 0, size, "for dimension " + std::to_string(dim) + " with size " +
-                                                        std::to_string(size));
+  check_scatter_index_values(kOp, index, dim, size);
   if (self.numel() == 0) return self;
-  const at::Tensor index64 = index.scalar_type() == at::kLong ? index : index.to(at::kLong);
+  const at::Tensor index64 = scatter_index_int64(index);
   at::Tensor work = self.is_contiguous() ? self : self.contiguous();
   if (work.is_cuda()) {
     cuda::scatter_kernel(work, dim, index64, src);

@@ -70,6 +70,20 @@ int64_t check_scatter_args(const char* op, const at::Tensor& self, int64_t dim, 
   return dim;
 }
 
+void check_scatter_index_values(const char* op, const at::Tensor& index, int64_t dim, int64_t size) {
+  const std::string where = "for dimension " + std::to_string(dim) + " with size " + std::to_string(size);
+  const at::Tensor compact = scatter_index_compact(index);
+  if (compact.numel() < index.numel()) {
+    try {
+      check_index_values(op, "index", compact, 0, size, where);
+      return;
+    } catch (const c10::Error&) {
+      // A bad value: the whole index names its first position.
+    }
+  }
+  check_index_values(op, "index", index, 0, size, where);
+}
+
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   dim = check_scatter_args(kOp, self, dim, index, &src);
   if (index.numel() == 0) return self;
@@ -77,8 +91,7 @@ at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index,
     return self.is_cuda() ? at::cuda::scatter_add_(self, dim, index, src) : at::cpu::scatter_add_(self, dim, index, src);
   }
   const int64_t size = nonempty_size(self, dim);
-  check_index_values(kOp, "index", index, 0, size, "for dimension " + std::to_string(dim) + " with size " +
-                                                        std::to_string(size));
+  check_scatter_index_values(kOp, index, dim, size);
   at::Tensor work = self.is_contiguous() ? self : self.contiguous();
   if (work.is_cuda()) {
     cuda::scatter_add_kernel(work, dim, index, src);

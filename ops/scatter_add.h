@@ -17,4 +17,9 @@ at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tenso
 int64_t check_scatter_args(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
                            const at::Tensor* src);
 
+// Stock's index-value check of the scatter family for self's dimension `dim` of size `size` (on the host where
+// validates_on_host()): the distinct values of a broadcast index are checked, and the whole index only to
+// name the first bad position, so the error is the same either way.
+void check_scatter_index_values(const char* op, const at::Tensor& index, int64_t dim, int64_t size);
+
 }  // namespace detops

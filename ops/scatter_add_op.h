@@ -1,6 +1,7 @@
 // scatter_add_: the per-element arithmetic shared by the CPU and CUDA engines (docs/order_contract.md).
 // Contribution e is the e-th element of `index` in row-major order: src at the same coordinates goes to
-// self at the same coordinates except along `dim`, where it goes to index[e].
+// self at the same coordinates except along `dim`, where it goes to index[e]. The layouts (ScatterElements,
+// ScatterRows) serve the whole scatter family: scatter_reduce_ and scatter_ too.
 #pragma once
 
 #include "ops/contract.h"
@@ -33,12 +34,11 @@ struct ScatterMap {
   }
 };
 
-template <typename scalar_t, typename index_t>
-struct ScatterAddOp {
-  using acc_t = acc_type<scalar_t>;
-  scalar_t* out;          // contiguous
-  const scalar_t* src;    // strided
-  const index_t* index;   // strided
+// The general layout: contribution e is the e-th element of the index in row-major order, one column; its
+// key is the destination's linear offset in the contiguous result.
+template <typename index_t>
+struct ScatterElements {
+  const index_t* index;  // strided
   ScatterMap map;
 
   // Linear offset of the destination in self, or -1 if index[e] is out of range.
@@ -48,13 +48,67 @@ struct ScatterAddOp {
     const int64_t k = static_cast<int64_t>(index[index_off]);
     return (k >= 0 && k < map.dim_size) ? out_base + k * map.out_strides[map.dim] : -1;
   }
-  C10_HOST_DEVICE acc_t contribution(int64_t e, int64_t /*column*/) const {
+  C10_HOST_DEVICE int64_t src_offset(int64_t e, int64_t /*column*/) const {
     int64_t index_off, src_off, out_base;
     map.offsets(e, index_off, src_off, out_base);
-    return to_acc(src[src_off]);
+    return src_off;
   }
-  C10_HOST_DEVICE void finalize(int64_t k, int64_t /*column*/, acc_t total) const {
-    out[k] = round_to<scalar_t>(add_rn(to_acc(out[k]), total));
+  C10_HOST_DEVICE int64_t out_offset(int64_t key, int64_t /*column*/) const {
+    return key;
+  }
+};
+
+// The row layout, for an index broadcast along every dimension but `dim` (stride 0 or size 1 there, as
+// `edge_index[:, None].expand(E, F)` in message passing): contribution i is the i-th row along `dim`, its key
+// the destination row index[i], and the engine's columns c are the index's other coordinates, unravelled
+// row-major over `cols`. NB: the bits equal the general layout's (docs/order_contract.md): for a fixed
+// destination (k, c) the contributions are the rows i with index[i] = k in increasing i, which is their
+// order in the row-major index too, so the contract's tree sees the same sequence.
+template <typename index_t>
+struct ScatterRows {
+  const index_t* index;  // strided; read along `dim` only
+  ScatterMap cols;       // the index's other dimensions (dim = -1): column -> src and self offsets
+  int64_t index_stride;  // strides along `dim`
+  int64_t src_stride;
+  int64_t out_stride;
+  int64_t dim_size;      // self.size(dim)
+
+  // The destination row, or -1 if index[i] is out of range.
+  C10_HOST_DEVICE int64_t key(int64_t i) const {
+    const int64_t k = static_cast<int64_t>(index[i * index_stride]);
+    return (k >= 0 && k < dim_size) ? k : -1;
+  }
+  C10_HOST_DEVICE int64_t src_offset(int64_t i, int64_t c) const {
+    // Columns that merged into one dimension (the usual case) need no division.
+    if (cols.ndim == 1) return i * src_stride + c * cols.src_strides[0];
+    int64_t index_off, src_off, out_off;
+    cols.offsets(c, index_off, src_off, out_off);
+    return i * src_stride + src_off;
+  }
+  C10_HOST_DEVICE int64_t out_offset(int64_t k, int64_t c) const {
+    if (cols.ndim == 1) return k * out_stride + c * cols.out_strides[0];
+    int64_t index_off, src_off, out_off;
+    cols.offsets(c, index_off, src_off, out_off);
+    return k * out_stride + out_off;
+  }
+};
+
+template <typename scalar_t, typename Layout>
+struct ScatterAddOp {
+  using acc_t = acc_type<scalar_t>;
+  scalar_t* out;          // contiguous
+  const scalar_t* src;    // strided
+  Layout layout;
+
+  C10_HOST_DEVICE int64_t key(int64_t i) const {
+    return layout.key(i);
+  }
+  C10_HOST_DEVICE acc_t contribution(int64_t i, int64_t c) const {
+    return to_acc(src[layout.src_offset(i, c)]);
+  }
+  C10_HOST_DEVICE void finalize(int64_t k, int64_t c, acc_t total) const {
+    const int64_t o = layout.out_offset(k, c);
+    out[o] = round_to<scalar_t>(add_rn(to_acc(out[o]), total));
   }
 };
 
@@ -63,6 +117,7 @@ struct ScatterAddOp {
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 
+#include <type_traits>
 #include <vector>
 
 namespace detops {
@@ -111,14 +166,12 @@ inline void build_scatter_map(ScatterMap& m, const std::vector<ScatterDim>& dims
   m.dim_size = dim_size;
 }
 
-// Builds the op over `result` (contiguous, holding self); `dim` is wrapped, index.numel() > 0.
-template <typename scalar_t, typename index_t>
-ScatterAddOp<scalar_t, index_t> make_scatter_add_op(at::Tensor& result, int64_t dim, const at::Tensor& index,
-                                                    const at::Tensor& src) {
-  ScatterAddOp<scalar_t, index_t> op;
-  op.out = result.data_ptr<scalar_t>();
-  op.src = src.const_data_ptr<scalar_t>();
-  op.index = index.const_data_ptr<index_t>();
+// The general layout over `result` (contiguous, holding self); `dim` is wrapped, index.numel() > 0.
+template <typename index_t>
+ScatterElements<index_t> make_scatter_elements(const at::Tensor& result, int64_t dim, const at::Tensor& index,
+                                               const at::Tensor& src, const char* op) {
+  ScatterElements<index_t> layout;
+  layout.index = index.const_data_ptr<index_t>();
   const bool scalar = index.dim() == 0;
   const int64_t ndim = scalar ? 1 : index.dim();
   std::vector<ScatterDim> dims(ndim);
@@ -126,7 +179,80 @@ ScatterAddOp<scalar_t, index_t> make_scatter_add_op(at::Tensor& result, int64_t 
     dims[d] = {scalar ? 1 : index.size(d), scalar ? 0 : index.stride(d), src.dim() == 0 ? 0 : src.stride(d),
                result.dim() == 0 ? 1 : result.stride(d), d == dim};
   }
-  build_scatter_map(op.map, dims, result.dim() == 0 ? 1 : result.size(dim));
+  build_scatter_map(layout.map, dims, result.dim() == 0 ? 1 : result.size(dim), op);
+  return layout;
+}
+
+// Whether the row layout (ScatterRows) applies: an index of two or more dimensions, broadcast (stride 0 or
+// size 1) along every dimension but `dim`, with more than one column. Decided from sizes and strides only.
+inline bool scatter_rows_apply(const at::Tensor& index, int64_t dim) {
+  if (index.dim() < 2) return false;
+  int64_t cols = 1;
+  for (int64_t d = 0; d < index.dim(); ++d) {
+    if (d == dim) continue;
+    if (index.size(d) != 1 && index.stride(d) != 0) return false;
+    cols *= index.size(d);
+  }
+  return cols > 1;
+}
+
+// The index with its broadcast dimensions (stride 0) cut to size 1: each distinct element once, in order.
+inline at::Tensor scatter_index_compact(const at::Tensor& index) {
+  at::Tensor compact = index;
+  for (int64_t d = 0; d < index.dim(); ++d) {
+    if (index.stride(d) == 0 && index.size(d) > 1) compact = compact.narrow(d, 0, 1);
+  }
+  return compact;
+}
+
+// index as int64 for the engines that read int64 indices (scatter_reduce_, scatter_): its broadcast
+// dimensions stay broadcast, so the row layout still applies and only the distinct values convert.
+inline at::Tensor scatter_index_int64(const at::Tensor& index) {
+  if (index.scalar_type() == at::kLong) return index;
+  return scatter_index_compact(index).to(at::kLong).expand(index.sizes());
+}
+
+// The row layout over `result` (contiguous, holding self); scatter_rows_apply(index, dim) holds.
+template <typename index_t>
+ScatterRows<index_t> make_scatter_rows(const at::Tensor& result, int64_t dim, const at::Tensor& index,
+                                       const at::Tensor& src, const char* op) {
+  ScatterRows<index_t> layout;
+  layout.index = index.const_data_ptr<index_t>();
+  std::vector<ScatterDim> dims;
+  for (int64_t d = 0; d < index.dim(); ++d) {
+    if (d != dim) dims.push_back({index.size(d), 0, src.stride(d), result.stride(d), false});
+  }
+  build_scatter_map(layout.cols, dims, 1, op);
+  layout.cols.dim = -1;  // no scatter dimension among the columns
+  layout.index_stride = index.stride(dim);
+  layout.src_stride = src.stride(dim);
+  layout.out_stride = result.stride(dim);
+  layout.dim_size = result.size(dim);
+  return layout;
+}
+
+// The engine call of a scatter over `result` (contiguous, holding self): f(layout, n, num_keys, D) with the
+// row layout where it applies (n rows along `dim`, D columns, keys the rows of self), else the general one
+// (n elements of the index, one column, keys the elements of self). index.numel() > 0.
+template <typename index_t, typename F>
+void with_scatter_layout(const char* op, const at::Tensor& result, int64_t dim, const at::Tensor& index,
+                         const at::Tensor& src, F&& f) {
+  if (scatter_rows_apply(index, dim)) {
+    const int64_t n = index.size(dim);
+    f(make_scatter_rows<index_t>(result, dim, index, src, op), n, result.size(dim), index.numel() / n);
+  } else {
+    f(make_scatter_elements<index_t>(result, dim, index, src, op), index.numel(), result.numel(), int64_t{1});
+  }
+}
+
+// The op over `result` in the general layout (the engine schedule tests run its steps).
+template <typename scalar_t, typename index_t>
+ScatterAddOp<scalar_t, ScatterElements<index_t>> make_scatter_add_op(at::Tensor& result, int64_t dim,
+                                                                     const at::Tensor& index, const at::Tensor& src) {
+  ScatterAddOp<scalar_t, ScatterElements<index_t>> op;
+  op.out = result.data_ptr<scalar_t>();
+  op.src = src.const_data_ptr<scalar_t>();
+  op.layout = make_scatter_elements<index_t>(result, dim, index, src, "scatter_add_");
   return op;
 }
 
@@ -137,8 +263,14 @@ void scatter_add_compute(at::Tensor& result, int64_t dim, const at::Tensor& inde
   if (index.numel() == 0 || result.numel() == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, result.scalar_type(), "detops_scatter_add", [&] {
     AT_DISPATCH_INDEX_TYPES(index.scalar_type(), "detops_scatter_add_index", [&] {
-      const auto op = make_scatter_add_op<scalar_t, index_t>(result, dim, index, src);
-      Engine::template sort_reduce<acc_type<scalar_t>>("scatter_add_", op, index.numel(), result.numel(), 1, result);
+      with_scatter_layout<index_t>("scatter_add_", result, dim, index, src,
+                                   [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
+        ScatterAddOp<scalar_t, std::decay_t<decltype(layout)>> op;
+        op.out = result.data_ptr<scalar_t>();
+        op.src = src.const_data_ptr<scalar_t>();
+        op.layout = layout;
+        Engine::template sort_reduce<acc_type<scalar_t>>("scatter_add_", op, n, num_keys, D, result);
+      });
     });
   });
 }

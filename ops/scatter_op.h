@@ -1,6 +1,7 @@
 // scatter_ without a reduction: the per-element code shared by the CPU and CUDA engines
 // (docs/order_contract.md, "Last writer wins"). Contribution e is the e-th element of `index` in row-major
-// order, its destination that of scatter_add_ (ScatterKeys); where several go to one element, the last in
+// order, its destination that of scatter_add_ (ScatterElements; ScatterRows for a broadcast index, whose
+// contribution is a row and whose columns the engine's D); where several go to one element, the last in
 // source order wins. The reduce overloads (add, multiply) run scatter_reduce's engine (ops/scatter_reduce_op.h).
 #pragma once
 
@@ -8,30 +9,29 @@
 #include "ops/scatter_reduce_op.h"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace detops {
 
-// Key = the destination element, contribution = the source position, folded with Last. NB: the stable sort
-// keeps each destination's contributions in source order, so the winner never depends on timing; the
-// element is copied as bits.
-template <typename bits_t>
+// Key = the destination (element or row), contribution = the source position, folded with Last. NB: the
+// stable sort keeps each destination's contributions in source order, so the winner never depends on timing;
+// the element is copied as bits.
+template <typename bits_t, typename Layout>
 struct ScatterLastOp {
   using acc_t = int64_t;
   using Combine = Last;
   bits_t* out;        // contiguous
   const bits_t* src;  // strided (a value overload: a 0-d tensor expanded, every stride 0)
-  ScatterKeys keys;
+  Layout layout;      // ScatterElements or ScatterRows (ops/scatter_add_op.h)
 
-  C10_HOST_DEVICE int64_t key(int64_t e) const {
-    return keys.key(e);
+  C10_HOST_DEVICE int64_t key(int64_t i) const {
+    return layout.key(i);
   }
-  C10_HOST_DEVICE int64_t contribution(int64_t e, int64_t) const {
-    return e;
+  C10_HOST_DEVICE int64_t contribution(int64_t i, int64_t) const {
+    return i;
   }
-  C10_HOST_DEVICE void finalize(int64_t k, int64_t, int64_t e) const {
-    int64_t index_off, src_off, out_base;
-    keys.map.offsets(e, index_off, src_off, out_base);
-    out[k] = src[src_off];
+  C10_HOST_DEVICE void finalize(int64_t k, int64_t c, int64_t i) const {
+    out[layout.out_offset(k, c)] = src[layout.src_offset(i, c)];
   }
 };
 
@@ -47,16 +47,17 @@ namespace detops {
 // (cpu::Engine or cuda::Engine); index is int64 and the arguments are checked by the front end.
 template <typename Engine>
 void scatter_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
-  const int64_t n = index.numel();
-  if (n == 0 || result.numel() == 0) return;
-  const ScatterKeys keys = make_scatter_keys(result, dim, index, src);
-  dispatch_element_bits("scatter_", result, [&](auto tag) {
-    using bits_t = decltype(tag);
-    ScatterLastOp<bits_t> op;
-    op.out = static_cast<bits_t*>(result.data_ptr());
-    op.src = static_cast<const bits_t*>(src.const_data_ptr());
-    op.keys = keys;
-    Engine::template sort_reduce<int64_t>("scatter_", op, n, result.numel(), 1, result);
+  if (index.numel() == 0 || result.numel() == 0) return;
+  with_scatter_layout<int64_t>("scatter_", result, dim, index, src,
+                               [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
+    dispatch_element_bits("scatter_", result, [&](auto tag) {
+      using bits_t = decltype(tag);
+      ScatterLastOp<bits_t, std::decay_t<decltype(layout)>> op;
+      op.out = static_cast<bits_t*>(result.data_ptr());
+      op.src = static_cast<const bits_t*>(src.const_data_ptr());
+      op.layout = layout;
+      Engine::template sort_reduce<int64_t>("scatter_", op, n, num_keys, D, result);
+    });
   });
 }
 

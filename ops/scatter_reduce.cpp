@@ -59,10 +59,9 @@ at::Tensor& scatter_reduce_on_engine(const char* op, at::Tensor& self, int64_t d
   if (index.numel() == 0) return self;
   const at::ScalarType t = self.scalar_type();
   const int64_t size = nonempty_size(self, dim);
-  check_index_values(op, "index", index, 0, size, "for dimension " + std::to_string(dim) + " with size " +
-                                                       std::to_string(size));
+  check_scatter_index_values(op, index, dim, size);
   if (self.numel() == 0) return self;
-  const at::Tensor index64 = index.scalar_type() == at::kLong ? index : index.to(at::kLong);
+  const at::Tensor index64 = scatter_index_int64(index);
   IntDtype int_dtype;
   at::Tensor work;
   at::Tensor source = src;

@@ -1,6 +1,6 @@
 // scatter_reduce_: the per-element arithmetic shared by the CPU and CUDA engines (docs/order_contract.md,
-// "Reductions"). Contribution e is the e-th element of `index` in row-major order, as for scatter_add_
-// (ScatterMap); the reduction's combine folds a destination's contributions by the contract's tree, then
+// "Reductions"). The contributions are scatter_add_'s (ScatterElements, or ScatterRows for a broadcast
+// index: ops/scatter_add_op.h); the reduction's combine folds a destination's contributions by the contract's tree, then
 // self enters once, first: y = self (+) S with include_self, else y = identity (+) S, as stock's exclude-self
 // fill does. The reduction arithmetic (Reduction, ReduceFinish, CountOp) serves index_reduce_ too.
 #pragma once
@@ -99,40 +99,25 @@ struct CountOp {
   }
 };
 
-// The destinations of scatter_reduce_'s contributions: linear offsets in the contiguous result.
-struct ScatterKeys {
-  const int64_t* index;  // strided
-  ScatterMap map;
-
-  // Linear offset of the destination in self, or -1 if index[e] is out of range.
-  C10_HOST_DEVICE int64_t key(int64_t e) const {
-    int64_t index_off, src_off, out_base;
-    map.offsets(e, index_off, src_off, out_base);
-    const int64_t k = index[index_off];
-    return (k >= 0 && k < map.dim_size) ? out_base + k * map.out_strides[map.dim] : -1;
-  }
-};
-
-template <typename scalar_t, Reduction R>
+template <typename scalar_t, Reduction R, typename Layout>
 struct ScatterReduceOp {
   using acc_t = acc_type<scalar_t>;
   using Combine = reduce_combine_t<acc_t, R>;
   scalar_t* out;          // contiguous
   const scalar_t* src;    // strided
-  ScatterKeys keys;
-  const int64_t* counts;  // reduce='mean' only
+  Layout layout;              // ScatterElements or ScatterRows (ops/scatter_add_op.h)
+  const int64_t* counts;  // reduce='mean' only: per key
   ReduceFinish<scalar_t, R> finish;
 
-  C10_HOST_DEVICE int64_t key(int64_t e) const {
-    return keys.key(e);
+  C10_HOST_DEVICE int64_t key(int64_t i) const {
+    return layout.key(i);
   }
-  C10_HOST_DEVICE acc_t contribution(int64_t e, int64_t /*column*/) const {
-    int64_t index_off, src_off, out_base;
-    keys.map.offsets(e, index_off, src_off, out_base);
-    return to_acc(src[src_off]);
+  C10_HOST_DEVICE acc_t contribution(int64_t i, int64_t c) const {
+    return to_acc(src[layout.src_offset(i, c)]);
   }
-  C10_HOST_DEVICE void finalize(int64_t k, int64_t /*column*/, acc_t total) const {
-    out[k] = finish(out[k], total, counts == nullptr ? 0 : counts[k]);
+  C10_HOST_DEVICE void finalize(int64_t k, int64_t c, acc_t total) const {
+    const int64_t o = layout.out_offset(k, c);
+    out[o] = finish(out[o], total, counts == nullptr ? 0 : counts[k]);
   }
 };
 
@@ -169,47 +154,34 @@ void dispatch_reduction(Reduction reduce, F&& f) {
   }
 }
 
-// The keys over `result` (contiguous, holding self), an int64 `index` and `src`; `dim` is wrapped.
-inline ScatterKeys make_scatter_keys(const at::Tensor& result, int64_t dim, const at::Tensor& index,
-                                     const at::Tensor& src) {
-  ScatterKeys keys;
-  keys.index = index.const_data_ptr<int64_t>();
-  const bool scalar = index.dim() == 0;
-  const int64_t ndim = scalar ? 1 : index.dim();
-  std::vector<ScatterDim> dims(ndim);
-  for (int64_t d = 0; d < ndim; ++d) {
-    dims[d] = {scalar ? 1 : index.size(d), scalar ? 0 : index.stride(d), src.dim() == 0 ? 0 : src.stride(d),
-               result.dim() == 0 ? 1 : result.stride(d), d == dim};
-  }
-  build_scatter_map(keys.map, dims, result.dim() == 0 ? 1 : result.size(dim), "scatter_reduce_");
-  return keys;
-}
-
 // result (contiguous, holding self; a floating dtype, or int64 holding an integer tensor of dtype `ints`)
 // gets the scatter_reduce of `src` (result's dtype) on an engine (cpu::Engine or cuda::Engine); index is
 // int64 and the arguments are checked by the front end.
 template <typename Engine>
 void scatter_reduce_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             Reduction reduce, bool include_self, IntDtype ints) {
-  const int64_t n = index.numel();
-  if (n == 0 || result.numel() == 0) return;
-  const ScatterKeys keys = make_scatter_keys(result, dim, index, src);
-  at::Tensor counts;
-  if (reduce == Reduction::Mean) {
-    counts = at::zeros({result.numel()}, result.options().dtype(at::kLong));
-    const CountOp<ScatterKeys> count{keys, counts.data_ptr<int64_t>()};
-    Engine::template sort_reduce<int64_t>("scatter_reduce_", count, n, result.numel(), 1, result);
-  }
-  AT_DISPATCH_FLOATING_TYPES_AND3(at::kHalf, at::kBFloat16, at::kLong, result.scalar_type(), "detops_scatter_reduce",
-                                  [&] {
-    dispatch_reduction(reduce, [&](auto r) {
-      ScatterReduceOp<scalar_t, decltype(r)::value> op;
-      op.out = result.data_ptr<scalar_t>();
-      op.src = src.const_data_ptr<scalar_t>();
-      op.keys = keys;
-      op.counts = counts.defined() ? counts.const_data_ptr<int64_t>() : nullptr;
-      op.finish = {include_self, ints.bits, ints.is_unsigned};
-      Engine::template sort_reduce<acc_type<scalar_t>>("scatter_reduce_", op, n, result.numel(), 1, result);
+  if (index.numel() == 0 || result.numel() == 0) return;
+  with_scatter_layout<int64_t>("scatter_reduce_", result, dim, index, src,
+                               [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
+    using Layout = std::decay_t<decltype(layout)>;
+    at::Tensor counts;
+    if (reduce == Reduction::Mean) {
+      // NB: a destination's count is the same for every column, so one column counts them.
+      counts = at::zeros({num_keys}, result.options().dtype(at::kLong));
+      const CountOp<Layout> count{layout, counts.data_ptr<int64_t>()};
+      Engine::template sort_reduce<int64_t>("scatter_reduce_", count, n, num_keys, 1, result);
+    }
+    AT_DISPATCH_FLOATING_TYPES_AND3(at::kHalf, at::kBFloat16, at::kLong, result.scalar_type(),
+                                    "detops_scatter_reduce", [&] {
+      dispatch_reduction(reduce, [&](auto r) {
+        ScatterReduceOp<scalar_t, decltype(r)::value, Layout> op;
+        op.out = result.data_ptr<scalar_t>();
+        op.src = src.const_data_ptr<scalar_t>();
+        op.layout = layout;
+        op.counts = counts.defined() ? counts.const_data_ptr<int64_t>() : nullptr;
+        op.finish = {include_self, ints.bits, ints.is_unsigned};
+        Engine::template sort_reduce<acc_type<scalar_t>>("scatter_reduce_", op, n, num_keys, D, result);
+      });
     });
   });
 }
