@@ -19,7 +19,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-__all__ = ["Call", "Case", "cases", "all_cases", "aten_op", "stock_cpu_op", "twin_op", "stock_under_flag", "fresh_args",
+__all__ = ["Call", "Case", "cases", "all_cases", "aten_op", "stock_cpu_op", "twin_op", "stock_under_flag", "fresh_args", "copy_tensor",
            "output_tensors"]
 
 
@@ -88,6 +88,16 @@ def twin_op(op: str):
         return None
 
 
+def copy_tensor(v: torch.Tensor, device=None, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """A copy of ``v`` (optionally moved and converted) that keeps its broadcast (stride 0) dimensions broadcast,
+    as message passing's expanded index: a plain copy would materialize them and change the path an op takes."""
+    keep = tuple(slice(0, 1) if st == 0 and sz > 1 else slice(None) for st, sz in zip(v.stride(), v.shape))
+    compact = v[keep] if v.dim() else v
+    out = compact.to(device=v.device if device is None else device, dtype=v.dtype if dtype is None else dtype,
+                     copy=True)
+    return out.expand(v.shape) if compact.shape != v.shape else out
+
+
 def fresh_args(call: Call, device=None, float_dtype: Optional[torch.dtype] = None) -> Tuple[tuple, dict]:
     """A fresh copy of the call's arguments (in-place and ``.out`` overloads write into them), optionally
     moved to ``device`` and with every floating-point tensor converted to ``float_dtype``. Build a call on
@@ -95,7 +105,7 @@ def fresh_args(call: Call, device=None, float_dtype: Optional[torch.dtype] = Non
     def copy(v):
         if isinstance(v, torch.Tensor):
             dtype = float_dtype if float_dtype is not None and v.is_floating_point() else v.dtype
-            return v.to(device=v.device if device is None else device, dtype=dtype, copy=True)
+            return copy_tensor(v, device, dtype)
         if isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
             return type(v)(copy(x) for x in v)
         return v

@@ -216,7 +216,7 @@ def _fresh(call: _cases.Call, device=None) -> Tuple[tuple, dict]:
     """A copy of the call's arguments (in-place and out overloads write into them), optionally moved."""
     def copy(v):
         if isinstance(v, torch.Tensor):
-            return v.clone() if device is None else v.to(device, copy=True)
+            return _cases.copy_tensor(v, device)
         return v
 
     return tuple(copy(a) for a in call.args), {k: copy(v) for k, v in call.kwargs.items()}
