@@ -132,9 +132,11 @@ void group_by_label(const Op& op, int64_t n, int32_t* perm, int32_t* group_end) 
   for (int64_t s = 0; s < positions; ++s) perm[n * op.S + cursor[op.label(n, s)]++] = static_cast<int32_t>(s);
 }
 
+}  // namespace
+
 void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Tensor& log_probs,
                            const at::Tensor& targets, const CtcPlan& plan, const at::Tensor& nll,
-                           const at::Tensor& log_alpha, int64_t blank, bool zero_infinity) {
+                           const at::Tensor& log_alpha, int64_t blank, bool zero_infinity, bool lanes) {
   const int64_t batch = log_probs.size(1);
   at::Tensor log_beta = at::empty(log_alpha.sizes(), log_alpha.options());
   const at::Tensor perm = at::empty({batch, log_alpha.size(2)}, log_probs.options().dtype(at::kInt));
@@ -151,22 +153,24 @@ void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Te
         for (int64_t n = begin; n < end; ++n) {
           group_by_label(op, n, perm_data, end_data);
           const int64_t input_length = op.input_lengths[n];
-          if (input_length == 0) continue;
-          const int64_t positions = 2 * op.target_lengths[n] + 1;
-          for (int64_t s = 0; s < positions; ++s) op.beta_last(n, s);
-          for (int64_t t = input_length - 2; t >= 0; --t) {
-            for (int64_t s = 0; s < positions; ++s) op.beta_cell(n, t, s);
+          if (input_length > 0) {
+            const int64_t positions = 2 * op.target_lengths[n] + 1;
+            for (int64_t s = 0; s < positions; ++s) op.beta_last(n, s);
+            for (int64_t t = input_length - 2; t >= 0; --t) {
+              for (int64_t s = 0; s < positions; ++s) op.beta_cell(n, t, s);
+            }
           }
+          if (lanes) ctc_grad_lanes_cpu(op, n);
         }
       });
-      at::parallel_for(0, out.numel(), 4096, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) op.grad_at(i);
-      });
+      if (!lanes) {
+        at::parallel_for(0, out.numel(), 4096, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) op.grad_at(i);
+        });
+      }
     });
   });
 }
-
-}  // namespace
 
 at::Tensor ctc_loss_backward(const at::Tensor& grad, const at::Tensor& log_probs, const at::Tensor& targets,
                              at::IntArrayRef input_lengths, at::IntArrayRef target_lengths,

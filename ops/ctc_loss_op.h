@@ -7,6 +7,7 @@
 #include "ops/contract.h"
 #include "ops/ctc_loss_math.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -82,6 +83,28 @@ struct CtcBackwardOp {
     log_beta[ab_index(n, t, s)] = add_rn(ctc::log_sum_exp3(l1, l2, l3), lp(t, n, cur));
   }
 
+  // True where row t of batch element n has a gradient (else it is 0).
+  C10_HOST_DEVICE bool active(int64_t t, int64_t n) const {
+    return t < input_lengths[n] && !(zero_infinity && nll[n] == ctc::pos_inf<T>());
+  }
+  // Label c's group of extended positions of batch element n: perm[n * S + k] for k in [start, stop).
+  C10_HOST_DEVICE void group(int64_t n, int64_t c, int64_t& start, int64_t& stop) const {
+    const int64_t row = n * num_labels;
+    start = c == 0 ? 0 : group_end[row + c - 1];
+    stop = group_end[row + c];
+  }
+  // Contribution k of the collection at (t, n): log_alpha + log_beta at the k-th grouped position.
+  C10_HOST_DEVICE T contribution(int64_t t, int64_t n, int64_t k) const {
+    const int64_t a = ab_index(n, t, perm[n * S + k]);
+    return add_rn(log_alpha[a], log_beta[a]);
+  }
+  // Eq. (16) for an active (t, n, c) from its collected log-sum.
+  C10_HOST_DEVICE T grad_value(int64_t t, int64_t n, int64_t c, T collected) const {
+    const T l = lp(t, n, c);
+    const T sub = ctc::exp(add_rn(add_rn(collected, nll[n]), -l));
+    return mul_rn(add_rn(ctc::exp(l), -sub), grad_out[n * grad_out_stride]);
+  }
+
   // Output element i of grad ([max_T, batch, num_labels] row-major): eq. (16),
   // (exp(lp) - exp(collected + nll - lp)) * grad_out, where collected is the log-sum over the positions s
   // with l'(s) == c of log_alpha + log_beta, folded in ascending s by the contract's tree (-inf if none).
@@ -90,30 +113,22 @@ struct CtcBackwardOp {
     const int64_t tn = i / num_labels;
     const int64_t n = tn % batch;
     const int64_t t = tn / batch;
-    const T nll_n = nll[n];
     T v = T(0);
-    if (t < input_lengths[n] && !(zero_infinity && nll_n == ctc::pos_inf<T>())) {
-      const int64_t row = n * num_labels;
-      const int64_t start = c == 0 ? 0 : group_end[row + c - 1];
-      const int64_t stop = group_end[row + c];
+    if (active(t, n)) {
+      int64_t start, stop;
+      group(n, c, start, stop);
       T collected = ctc::neg_inf<T>();
       // NB: contributions in ascending s, the fixed tree, log-add-exp as the combine. Up to kBlock of them
       // the tree is one fold_block (no scratch); beyond, StreamingTree gives tree_reduce's bits.
-      const auto contribution = [&](int64_t k) {
-        const int64_t a = ab_index(n, t, perm[n * S + k]);
-        return add_rn(log_alpha[a], log_beta[a]);
-      };
       if (stop - start > kBlock) {
         StreamingTree<T, 7, ctc::LogAddExp> tree;
-        for (int64_t k = start; k < stop; ++k) tree.push(contribution(k));
+        for (int64_t k = start; k < stop; ++k) tree.push(contribution(t, n, k));
         collected = tree.finish();
       } else if (stop > start) {
-        collected = fold_block<T>([&](int j) { return contribution(start + j); }, static_cast<int>(stop - start),
-                                  ctc::LogAddExp());
+        collected = fold_block<T>([&](int j) { return contribution(t, n, start + j); },
+                                  static_cast<int>(stop - start), ctc::LogAddExp());
       }
-      const T l = lp(t, n, c);
-      const T sub = ctc::exp(add_rn(add_rn(collected, nll_n), -l));
-      v = mul_rn(add_rn(ctc::exp(l), -sub), grad_out[n * grad_out_stride]);
+      v = grad_value(t, n, c, collected);
     }
     grad[i] = ctc::canonicalize_nan(v);
   }
@@ -167,6 +182,72 @@ CtcBackwardOp<scalar_t, target_t> make_ctc_backward_op(at::Tensor& out, const at
   op.zero_infinity = zero_infinity;
   return op;
 }
+
+// The CPU's gradient: per batch element n and label c, rows t taken kLanes at a time, their collections
+// folded side by side (the same group of positions, so the same count and the same tree for every row;
+// up to kBlock * kBlock contributions the two-level tree with shared counters, longer groups row by row).
+// NB: each row's sequence of operations is grad_at's, so the bits are (tests/cpp/test_cpu_paths.cpp); the
+// lanes only give the processor independent log-add-exp chains to overlap.
+template <typename scalar_t, typename target_t>
+void ctc_grad_lanes_cpu(const CtcBackwardOp<scalar_t, target_t>& op, int64_t n) {
+  using T = scalar_t;
+  constexpr int64_t kLanes = 8;
+  const ctc::LogAddExp combine;
+  const int64_t C = op.num_labels;
+  for (int64_t t = 0; t < op.max_T; ++t) {
+    if (op.active(t, n)) continue;
+    for (int64_t c = 0; c < C; ++c) op.grad[(t * op.batch + n) * C + c] = T(0);
+  }
+  const bool any = op.active(0, n);
+  const int64_t rows = any ? op.input_lengths[n] : 0;
+  for (int64_t c = 0; c < C; ++c) {
+    int64_t start, stop;
+    op.group(n, c, start, stop);
+    const int64_t count = stop - start;
+    for (int64_t t0 = 0; t0 < rows; t0 += kLanes) {
+      const int64_t lanes = std::min(kLanes, rows - t0);
+      T collected[kLanes];
+      if (count == 0) {
+        for (int64_t l = 0; l < lanes; ++l) collected[l] = ctc::neg_inf<T>();
+      } else if (count > kBlock * kBlock) {
+        for (int64_t l = 0; l < lanes; ++l) {
+          StreamingTree<T, 7, ctc::LogAddExp> tree;
+          for (int64_t k = start; k < stop; ++k) tree.push(op.contribution(t0 + l, n, k));
+          collected[l] = tree.finish();
+        }
+      } else {
+        T block[kLanes], top[kLanes];
+        int in_block = 0;
+        bool any_top = false;
+        for (int64_t k = start; k < stop; ++k) {
+          if (in_block == 0) {
+            for (int64_t l = 0; l < lanes; ++l) block[l] = op.contribution(t0 + l, n, k);
+          } else {
+            for (int64_t l = 0; l < lanes; ++l) block[l] = combine(block[l], op.contribution(t0 + l, n, k));
+          }
+          if (++in_block == kBlock) {
+            for (int64_t l = 0; l < lanes; ++l) top[l] = any_top ? combine(top[l], block[l]) : block[l];
+            any_top = true;
+            in_block = 0;
+          }
+        }
+        for (int64_t l = 0; l < lanes; ++l) {
+          collected[l] = in_block == 0 ? top[l] : (any_top ? combine(top[l], block[l]) : block[l]);
+        }
+      }
+      for (int64_t l = 0; l < lanes; ++l) {
+        const int64_t t = t0 + l;
+        op.grad[(t * op.batch + n) * C + c] = ctc::canonicalize_nan(op.grad_value(t, n, c, collected[l]));
+      }
+    }
+  }
+}
+
+// The CPU path (ops/ctc_loss.cpp): writes the gradient into `out` as the CUDA path does; `lanes` false
+// computes it element by element (grad_at) instead of ctc_grad_lanes_cpu, with the same bits.
+void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Tensor& log_probs,
+                           const at::Tensor& targets, const CtcPlan& plan, const at::Tensor& nll,
+                           const at::Tensor& log_alpha, int64_t blank, bool zero_infinity, bool lanes = true);
 
 namespace cuda {
 // The CUDA path (cuda/ctc_loss.cu): writes the gradient into `out` ([max_T, batch, num_labels],

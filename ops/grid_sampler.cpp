@@ -96,7 +96,7 @@ std::tuple<at::Tensor, at::Tensor> backward(const GridGeom& g, const at::Tensor&
   if (input.is_cuda()) {
     cuda::grid_sampler_backward_kernel(g, go, in, gr, grad_grid, grad_input);
   } else {
-    grid_sampler_backward_compute<cpu::Engine>(g, go, in, gr, grad_grid, grad_input);
+    grid_sampler_backward_compute<cpu::Engine, /*kStreaming=*/true>(g, go, in, gr, grad_grid, grad_input);
   }
   return {grad_input, grad_grid};
 }

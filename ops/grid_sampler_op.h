@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "ops/contract.h"
+#include "ops/gather_math.h"
 
 namespace detops {
 
@@ -195,15 +196,34 @@ C10_HOST_DEVICE inline bool inside(int64_t z, int64_t y, int64_t x, const int64_
   return z >= 0 && z < size[0] && y >= 0 && y < size[1] && x >= 0 && x < size[2];
 }
 
-// A grad_grid component: its contributions in order, the contract's tree, starting value 0.
-template <typename acc_t>
+// A grad_grid component: its contributions in order, the contract's tree (Tree: BlockFold, TwoLevelTree or
+// StreamingTree, whichever the host's bound on the count allows; all give tree_reduce's bits), starting
+// value 0.
+template <typename acc_t, typename Tree>
 struct GridGradSum {
-  StreamingTree<acc_t> tree;
+  Tree tree;
+  bool any = false;
 
-  C10_HOST_DEVICE void add(acc_t v) { tree.push(v); }
-  C10_HOST_DEVICE void sub(acc_t v) { tree.push(-v); }
-  C10_HOST_DEVICE acc_t total() { return tree.empty() ? acc_t(0) : add_rn(acc_t(0), tree.finish()); }
+  C10_HOST_DEVICE void add(acc_t v) {
+    tree.push(v);
+    any = true;
+  }
+  C10_HOST_DEVICE void sub(acc_t v) {
+    tree.push(-v);
+    any = true;
+  }
+  C10_HOST_DEVICE acc_t total() { return any ? add_rn(acc_t(0), tree.finish()) : acc_t(0); }
 };
+
+// How a grad_grid component's contributions (at most C * taps) are folded: NB: the host picks the smallest
+// form of the contract's tree that holds them (docs/order_contract.md).
+enum class GridFold : int { Block = 0, TwoLevel = 1, Streaming = 2 };
+
+inline GridFold grid_fold_for(int64_t contributions) {
+  return contributions <= kBlock ? GridFold::Block
+         : contributions <= kBlock * kBlock ? GridFold::TwoLevel
+                                            : GridFold::Streaming;
+}
 
 }  // namespace grid
 
@@ -219,6 +239,7 @@ struct GridBackwardOp {
   int64_t* tap_keys;            // [N * out plane * taps] or null (input gradient not asked for)
   acc_t* tap_weights;           // same length
   GridGeom g;
+  grid::GridFold fold;
 
   // Records tap t of grid point p: pixel (z, y, x) of batch n with weight w, or kSkipKey outside the input.
   C10_HOST_DEVICE void tap(int64_t p, int t, int64_t n, int64_t z, int64_t y, int64_t x, acc_t w) const {
@@ -238,15 +259,27 @@ struct GridBackwardOp {
     const int64_t sp = p - n * S;
     const scalar_t* coords = grid + p * g.dims;
     scalar_t* out = grad_grid + p * g.dims;
-    if (g.interpolation == kGridBicubic) {
-      bicubic(p, n, sp, coords, out);
-    } else if (g.dims == 2) {
-      planar(p, n, sp, coords, out);
+    if (fold == grid::GridFold::Block) {
+      point<BlockFold<acc_t>>(p, n, sp, coords, out);
+    } else if (fold == grid::GridFold::TwoLevel) {
+      point<TwoLevelTree<acc_t>>(p, n, sp, coords, out);
     } else {
-      volumetric(p, n, sp, coords, out);
+      point<StreamingTree<acc_t>>(p, n, sp, coords, out);
     }
   }
 
+  template <typename Tree>
+  C10_HOST_DEVICE void point(int64_t p, int64_t n, int64_t sp, const scalar_t* coords, scalar_t* out) const {
+    if (g.interpolation == kGridBicubic) {
+      bicubic<Tree>(p, n, sp, coords, out);
+    } else if (g.dims == 2) {
+      planar<Tree>(p, n, sp, coords, out);
+    } else {
+      volumetric<Tree>(p, n, sp, coords, out);
+    }
+  }
+
+  template <typename Tree>
   C10_HOST_DEVICE void planar(int64_t p, int64_t n, int64_t sp, const scalar_t* coords, scalar_t* out) const {
     acc_t mx, my;
     const acc_t ix = grid::source_index(to_acc(coords[0]), g.in[2], g.padding, g.align_corners, &mx);
@@ -272,7 +305,7 @@ struct GridBackwardOp {
     tap(p, 3, n, 0, y1, x1, dx0 * dy0);  // se
     const bool in_nw = grid::inside(0, y0, x0, g.in), in_ne = grid::inside(0, y0, x1, g.in);
     const bool in_sw = grid::inside(0, y1, x0, g.in), in_se = grid::inside(0, y1, x1, g.in);
-    grid::GridGradSum<acc_t> gx, gy;
+    grid::GridGradSum<acc_t, Tree> gx, gy;
     const int64_t S = g.out_plane(), plane = g.in_plane();
     for (int64_t c = 0; c < g.C; ++c) {
       const acc_t go = to_acc(grad_output[(n * g.C + c) * S + sp]);
@@ -302,6 +335,7 @@ struct GridBackwardOp {
     out[1] = round_to<scalar_t>(my * gy.total());
   }
 
+  template <typename Tree>
   C10_HOST_DEVICE void volumetric(int64_t p, int64_t n, int64_t sp, const scalar_t* coords, scalar_t* out) const {
     acc_t mx, my, mz;
     const acc_t ix = grid::source_index(to_acc(coords[0]), g.in[2], g.padding, g.align_corners, &mx);
@@ -330,7 +364,7 @@ struct GridBackwardOp {
       tap(p, t, n, z, y, x, dx[bx] * dy[by] * dz[bz]);
       in_tap[t] = grid::inside(z, y, x, g.in);
     }
-    grid::GridGradSum<acc_t> gx, gy, gz;
+    grid::GridGradSum<acc_t, Tree> gx, gy, gz;
     const int64_t S = g.out_plane(), plane = g.in_plane();
     for (int64_t c = 0; c < g.C; ++c) {
       const acc_t go = to_acc(grad_output[(n * g.C + c) * S + sp]);
@@ -353,6 +387,7 @@ struct GridBackwardOp {
     out[2] = round_to<scalar_t>(mz * gz.total());
   }
 
+  template <typename Tree>
   C10_HOST_DEVICE void bicubic(int64_t p, int64_t n, int64_t sp, const scalar_t* coords, scalar_t* out) const {
     // NB: as stock, the multipliers are the unnormalisation's only: the padding is applied per tap.
     acc_t mx, my;
@@ -376,7 +411,7 @@ struct GridBackwardOp {
     for (int i = 0; i < 4; ++i) {
       for (int j = 0; j < 4; ++j) tap(p, 4 * i + j, n, 0, py[j], px[i], wx[i] * wy[j]);
     }
-    grid::GridGradSum<acc_t> gx, gy;
+    grid::GridGradSum<acc_t, Tree> gx, gy;
     const int64_t S = g.out_plane(), plane = g.in_plane();
     for (int64_t c = 0; c < g.C; ++c) {
       const acc_t go = to_acc(grad_output[(n * g.C + c) * S + sp]);
@@ -427,13 +462,65 @@ struct GridInputGradOp {
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include <optional>
+#include <vector>
+
 namespace detops {
 
+// The CPU's input gradient without the sort, where no pixel has more than kBlock * kBlock contributions: the
+// taps walked once in source order, each pushed, for every channel, to its pixel's two-level tree (block and
+// top sums, counters per pixel). NB: each pixel's contributions arrive in source order and are folded by the
+// contract's tree, so the bits are the sort-reduce engine's (docs/order_contract.md). Returns false, having
+// written nothing, where some pixel has more.
+template <typename scalar_t>
+bool grid_input_grad_streaming_cpu(const GridInputGradOp<scalar_t>& op, int64_t n, int64_t num_keys) {
+  using acc_t = acc_type<scalar_t>;
+  std::vector<int32_t> in_block(num_keys, 0), count(num_keys, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = op.key(i);
+    if (k != kSkipKey && ++count[k] > kBlock * kBlock) return false;
+  }
+  const int64_t C = op.C;
+  std::vector<acc_t> block(num_keys * C), top(num_keys * C);
+  std::vector<uint8_t> any_top(num_keys, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = op.key(i);
+    if (k == kSkipKey) continue;
+    const int64_t p = i / op.taps, b = p / op.out_plane;
+    const scalar_t* go = op.grad_output + b * C * op.out_plane + (p - b * op.out_plane);
+    const acc_t w = op.tap_weights[i];
+    acc_t* bs = block.data() + k * C;
+    if (in_block[k] == 0) {
+      for (int64_t c = 0; c < C; ++c) bs[c] = w * to_acc(go[c * op.out_plane]);
+    } else {
+      for (int64_t c = 0; c < C; ++c) bs[c] = add_rn(bs[c], w * to_acc(go[c * op.out_plane]));
+    }
+    if (++in_block[k] == kBlock) {
+      acc_t* ts = top.data() + k * C;
+      for (int64_t c = 0; c < C; ++c) ts[c] = any_top[k] ? add_rn(ts[c], bs[c]) : bs[c];
+      any_top[k] = 1;
+      in_block[k] = 0;
+    }
+  }
+  for (int64_t k = 0; k < num_keys; ++k) {
+    if (count[k] == 0) continue;
+    const acc_t* bs = block.data() + k * C;
+    const acc_t* ts = top.data() + k * C;
+    for (int64_t c = 0; c < C; ++c) {
+      op.finalize(k, c, in_block[k] == 0 ? ts[c] : (any_top[k] ? add_rn(ts[c], bs[c]) : bs[c]));
+    }
+  }
+  return true;
+}
+
 // On an engine (cpu::Engine or cuda::Engine), all tensors contiguous and on one device: grad_grid always,
-// grad_input (zero-filled) when defined.
-template <typename Engine>
+// grad_input (zero-filled) when defined. `fold` forces a form of the tree (tests: every form the count allows
+// gives the same bits). kStreaming (the CPU): the input gradient by grid_input_grad_streaming_cpu where it
+// applies, else by the engine's sort-reduce; `streaming` false forces the latter (tests: same bits).
+template <typename Engine, bool kStreaming = false>
 void grid_sampler_backward_compute(const GridGeom& g, const at::Tensor& grad_output, const at::Tensor& input,
-                                   const at::Tensor& grid, at::Tensor& grad_grid, at::Tensor& grad_input) {
+                                   const at::Tensor& grid, at::Tensor& grad_grid, at::Tensor& grad_input,
+                                   std::optional<grid::GridFold> fold = std::nullopt, bool streaming = true) {
   const int64_t points = g.N * g.out_plane();
   if (points == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "detops_grid_sampler_backward", [&] {
@@ -449,6 +536,7 @@ void grid_sampler_backward_compute(const GridGeom& g, const at::Tensor& grad_out
     op.tap_keys = nullptr;
     op.tap_weights = nullptr;
     op.g = g;
+    op.fold = fold.value_or(grid::grid_fold_for(g.C * g.taps()));
     if (want_input) {
       keys = at::empty({n}, input.options().dtype(at::kLong));
       weights = at::empty({n}, input.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
@@ -459,6 +547,9 @@ void grid_sampler_backward_compute(const GridGeom& g, const at::Tensor& grad_out
     if (!want_input) return;
     GridInputGradOp<scalar_t> in_op{op.tap_keys, op.tap_weights, op.grad_output, grad_input.data_ptr<scalar_t>(),
                                     g.taps(), g.C, g.out_plane(), g.in_plane()};
+    if constexpr (kStreaming) {
+      if (streaming && grid_input_grad_streaming_cpu(in_op, n, g.N * g.in_plane())) return;
+    }
     Engine::template sort_reduce<acc_t>(g.dims == 3 ? "grid_sampler_3d_backward" : "grid_sampler_2d_backward",
                                         in_op, n, g.N * g.in_plane(), g.C, input);
   });

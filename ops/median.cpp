@@ -1,10 +1,10 @@
 // median / nanmedian along a dim: checks, the layout, and the CPU path. The CUDA path is cuda/median.cu.
-// Both sort every row stably by the key of ops/median_op.h and pick the same sorted position, so CPU and
-// CUDA give the same values and indices, which are stock CPU's (docs/median.md).
+// Both pick the element at the same sorted position of every row ordered by (key of ops/median_op.h,
+// position): CUDA by a stable sort, the CPU by selection. CPU and CUDA give the same values and indices,
+// which are stock CPU's (docs/median.md).
 #include "ops/median.h"
 
 #include "ops/median_op.h"
-#include "ops/sort_reduce_cpu.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorUtils.h>
@@ -22,23 +22,6 @@ bool median_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16 || t == at::kByte ||
          t == at::kChar || t == at::kShort || t == at::kInt || t == at::kLong;
 }
-
-// Each row sorted on its own by std::stable_sort: the bits do not depend on the number of threads.
-struct CpuSortRows {
-  template <typename key_t>
-  void operator()(key_t, const key_t* keys, const int32_t* pos, key_t* sorted_keys, int32_t* sorted_pos, int64_t R,
-                  int64_t n) const {
-    at::parallel_for(0, R, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const key_t* k = keys + r * n;
-        int32_t* p = sorted_pos + r * n;
-        std::copy(pos + r * n, pos + (r + 1) * n, p);
-        std::stable_sort(p, p + n, [k](int32_t a, int32_t b) { return k[a] < k[b]; });
-        for (int64_t j = 0; j < n; ++j) sorted_keys[r * n + j] = k[p[j]];
-      }
-    });
-  }
-};
 
 // Stock's checks in stock's order (aten median_with_indices_impl), then the median of every row along dim.
 std::tuple<at::Tensor&, at::Tensor&> median_with_indices(const at::Tensor& self, int64_t dim, bool keepdim,
@@ -74,7 +57,7 @@ std::tuple<at::Tensor&, at::Tensor&> median_with_indices(const at::Tensor& self,
   if (self.is_cuda()) {
     cuda::median_kernel(rows, row_values, row_indices, ignore_nan);
   } else {
-    median_compute<cpu::Engine>(rows, row_values, row_indices, ignore_nan, CpuSortRows());
+    median_select_cpu(rows, row_values, row_indices, ignore_nan);
   }
   values.copy_(row_values.view(out_shape));
   indices.copy_(row_indices.view(out_shape));

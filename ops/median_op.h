@@ -163,8 +163,13 @@ struct MedianPickOp {
 }  // namespace detops
 
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
 
 namespace detops {
 
@@ -197,6 +202,72 @@ void median_compute(const at::Tensor& rows, at::Tensor& values, at::Tensor& indi
     Engine::for_each(MedianPickOp<scalar_t>{in, sk, sorted_pos.data_ptr<int32_t>(), values.data_ptr<scalar_t>(),
                                             indices.data_ptr<int64_t>(), n, ignore_nan},
                      R);
+  });
+}
+
+// Each row sorted on its own by std::stable_sort (median_compute's sort_rows on the CPU): the bits do not
+// depend on the number of threads.
+struct MedianStableSortRows {
+  template <typename key_t>
+  void operator()(key_t, const key_t* keys, const int32_t* pos, key_t* sorted_keys, int32_t* sorted_pos, int64_t R,
+                  int64_t n) const {
+    at::parallel_for(0, R, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const key_t* k = keys + r * n;
+        int32_t* p = sorted_pos + r * n;
+        std::copy(pos + r * n, pos + (r + 1) * n, p);
+        std::stable_sort(p, p + n, [k](int32_t a, int32_t b) { return k[a] < k[b]; });
+        for (int64_t j = 0; j < n; ++j) sorted_keys[r * n + j] = k[p[j]];
+      }
+    });
+  }
+};
+
+// One row's pick by selection (median_select_cpu). `row` holds n pairs of scratch.
+template <typename scalar_t, typename pair_t>
+int64_t median_select_row(const scalar_t* x, int64_t n, bool ignore_nan, std::vector<pair_t>& row) {
+  using key_t = median_key_t<scalar_t>;
+  int64_t num_nan = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const key_t k = median_key(x[j]);
+    if constexpr (median_floating_v<scalar_t>) num_nan += k == median_nan_key<scalar_t>() ? 1 : 0;
+    if constexpr (sizeof(key_t) <= 4) {
+      row[j] = (static_cast<uint64_t>(k) << 32) | static_cast<uint64_t>(j);
+    } else {
+      row[j] = {static_cast<uint64_t>(k), static_cast<uint32_t>(j)};
+    }
+  }
+  const int64_t m = median_position(n, num_nan, ignore_nan);
+  std::nth_element(row.begin(), row.begin() + m, row.end());
+  if constexpr (sizeof(key_t) <= 4) {
+    return static_cast<int64_t>(row[m] & 0xffffffffu);
+  } else {
+    return static_cast<int64_t>(row[m].second);
+  }
+}
+
+// The CPU computation: per row, the element at the median's sorted position found by selection, not by
+// sorting the whole row. NB: the pairs (key, position) of a row are distinct and ordered as the stable sort
+// orders the row, so std::nth_element over them puts at median_position(...) the very element the stable
+// sort puts there, whatever its own schedule (median_compute gives the same bits: tests/cpp/test_cpu_paths.cpp).
+inline void median_select_cpu(const at::Tensor& rows, at::Tensor& values, at::Tensor& indices, bool ignore_nan) {
+  const int64_t R = rows.size(0);
+  const int64_t n = rows.size(1);
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, rows.scalar_type(), "detops_median", [&] {
+    using key_t = median_key_t<scalar_t>;
+    // (key, position) packed into one integer where both fit 64 bits, else a pair compared in that order.
+    using pair_t = std::conditional_t<sizeof(key_t) <= 4, uint64_t, std::pair<uint64_t, uint32_t>>;
+    const scalar_t* in = rows.const_data_ptr<scalar_t>();
+    scalar_t* out_values = values.data_ptr<scalar_t>();
+    int64_t* out_indices = indices.data_ptr<int64_t>();
+    at::parallel_for(0, R, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
+      std::vector<pair_t> row(n);
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t j = median_select_row<scalar_t, pair_t>(in + r * n, n, ignore_nan, row);
+        out_values[r] = in[r * n + j];
+        out_indices[r] = j;
+      }
+    });
   });
 }
 

@@ -1,12 +1,11 @@
 // nll_loss2d_forward (functional, .output): checks and the CPU path. The CUDA path is cuda/nll_loss2d.cu;
-// both run nll_loss2d_forward_compute (ops/nll_loss2d_op.h), so the loss and total weight have the same bits
-// on both (docs/order_contract.md). Every reduction is computed here, 'none' included (stock CUDA does not
+// both run the per-pixel code of ops/nll_loss2d_op.h over the same contributions and tree, so the loss and
+// total weight have the same bits on both (docs/order_contract.md). Every reduction is computed here, 'none' included (stock CUDA does not
 // alert for 'none', but computing it keeps CPU == CUDA and the target check in one place).
 #include "ops/nll_loss2d.h"
 
 #include "ops/common.h"
 #include "ops/nll_loss2d_op.h"
-#include "ops/sort_reduce_cpu.h"
 
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_to_copy.h>
@@ -62,6 +61,24 @@ void check_result(const at::Tensor& self, const at::Tensor& result, const char* 
   check_same_device(kOp, self, result, name);
 }
 
+// The computation into output ([N, H, W] for 'none', [] otherwise) and total_weight ([]), both contiguous
+// of self's dtype on self's device, after the checks.
+void nll_loss2d_compute(at::Tensor& output, at::Tensor& total_weight, const at::Tensor& self,
+                        const at::Tensor& target, const at::Tensor& weight, int64_t reduction,
+                        int64_t ignore_index) {
+  if (reduction == at::Reduction::None && output.numel() == 0) return;
+  const at::Tensor input = self.contiguous();
+  const at::Tensor target_c = target.contiguous();
+  const at::Tensor weight_c = weight.defined() ? weight.contiguous() : weight;
+  if (input.is_cuda()) {
+    cuda::nll_loss2d_forward_kernel(output, total_weight, input, target_c, weight_c, reduction, ignore_index);
+  } else {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "detops_nll_loss2d_forward", [&] {
+      nll_loss2d_forward_cpu<scalar_t>(output, total_weight, input, target_c, weight_c, reduction, ignore_index);
+    });
+  }
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward(const at::Tensor& self, const at::Tensor& target,
@@ -70,20 +87,12 @@ std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward(const at::Tensor& self, co
   const at::Tensor weight = weight_opt.has_value() && weight_opt->defined() ? *weight_opt : at::Tensor();
   check_nll_loss2d(self, target, weight);
   check_target_values(target, self.size(1), ignore_index);
-  at::Tensor output = reduction == at::Reduction::None
-                          ? at::empty({self.size(0), self.size(2), self.size(3)}, self.options())
-                          : at::empty({}, self.options());
-  at::Tensor total_weight = at::zeros({}, self.options());
-  if (reduction == at::Reduction::None && output.numel() == 0) return {output, total_weight};
-  const at::Tensor input = self.contiguous();
-  const at::Tensor target_c = target.contiguous();
-  const at::Tensor weight_c = weight.defined() ? weight.contiguous() : weight;
-  if (input.is_cuda()) {
-    cuda::nll_loss2d_forward_kernel(output, total_weight, input, target_c, weight_c, reduction, ignore_index);
-  } else {
-    nll_loss2d_forward_compute<cpu::Engine>(output, total_weight, input, target_c, weight_c, reduction,
-                                            ignore_index);
-  }
+  const bool none = reduction == at::Reduction::None;
+  at::Tensor output = none ? at::empty({self.size(0), self.size(2), self.size(3)}, self.options())
+                           : at::empty({}, self.options());
+  // 'none' leaves total_weight 0, as stock; the reductions write it.
+  at::Tensor total_weight = none ? at::zeros({}, self.options()) : at::empty({}, self.options());
+  nll_loss2d_compute(output, total_weight, self, target, weight, reduction, ignore_index);
   return {output, total_weight};
 }
 
@@ -95,6 +104,16 @@ std::tuple<at::Tensor&, at::Tensor&> nll_loss2d_forward_out(const at::Tensor& se
                                                             at::Tensor& output, at::Tensor& total_weight) {
   check_result(self, output, "output");
   check_result(self, total_weight, "total_weight");
+  if (reduction != at::Reduction::None) {
+    // Both results are 0-d: computed in place once the arguments are checked.
+    const at::Tensor weight_t = weight.has_value() && weight->defined() ? *weight : at::Tensor();
+    check_nll_loss2d(self, target, weight_t);
+    check_target_values(target, self.size(1), ignore_index);
+    at::native::resize_output(output, {});
+    total_weight.resize_({});
+    nll_loss2d_compute(output, total_weight, self, target, weight_t, reduction, ignore_index);
+    return {output, total_weight};
+  }
   const auto [out, tw] = detops::nll_loss2d_forward(self, target, weight, reduction, ignore_index);
   at::native::resize_output(output, out.sizes());
   output.copy_(out);

@@ -108,6 +108,7 @@ struct NllLoss2dFinishOp {
 }  // namespace detops
 
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/Reduction.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros.h>
@@ -152,6 +153,38 @@ void nll_loss2d_forward_compute(at::Tensor& output, at::Tensor& total_weight, co
                                                  reduction == at::Reduction::Mean},
                      1);
   });
+}
+
+// The CPU computation: the same pixels, contributions and tree without the sort. 'mean' and 'sum' walk the
+// pixels once in source order, pushing each counted pixel's two columns to the contract's tree, the sequence
+// the sort-reduce engine's key-0 segment holds (docs/order_contract.md), then the finishing step.
+template <typename scalar_t>
+void nll_loss2d_forward_cpu(at::Tensor& output, at::Tensor& total_weight, const at::Tensor& input,
+                            const at::Tensor& target, const at::Tensor& weight, int64_t reduction,
+                            int64_t ignore_index) {
+  using acc_t = acc_type<scalar_t>;
+  const auto terms = make_nll_loss2d_terms<scalar_t>(input, target, weight, ignore_index);
+  const int64_t batch = input.size(0);
+  if (reduction == at::Reduction::None) {
+    const NllLoss2dPixelOp<scalar_t> op{terms, output.mutable_data_ptr<scalar_t>()};
+    at::parallel_for(0, target.numel(), 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) op(i);
+    });
+    return;
+  }
+  StreamingTree<acc_t> loss, weights;
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t p = 0; p < terms.plane; ++p) {
+      const int64_t t = terms.class_of(n * terms.plane + p);
+      if (t < 0) continue;
+      const acc_t w = terms.weight_of(t);
+      loss.push(-mul_rn(to_acc(terms.input[(n * terms.classes + t) * terms.plane + p]), w));
+      weights.push(w);
+    }
+  }
+  const acc_t sums[2] = {loss.empty() ? acc_t(0) : loss.finish(), weights.empty() ? acc_t(0) : weights.finish()};
+  NllLoss2dFinishOp<scalar_t>{sums, output.mutable_data_ptr<scalar_t>(), total_weight.mutable_data_ptr<scalar_t>(),
+                              reduction == at::Reduction::Mean}(0);
 }
 
 namespace cuda {

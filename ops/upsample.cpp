@@ -4,7 +4,6 @@
 #include "ops/upsample.h"
 
 #include "ops/common.h"
-#include "ops/sort_reduce_cpu.h"
 #include "ops/upsample_op.h"
 
 #include <ATen/ops/empty.h>
@@ -162,7 +161,7 @@ at::Tensor upsample_backward(const UpsampleOp& op, const at::Tensor& grad_output
   if (grad_output.is_cuda()) {
     cuda::upsample_backward_kernel(grad_in, go, spec, channels_last);
   } else {
-    upsample_backward_compute<cpu::Engine>(grad_in, go, spec, channels_last);
+    upsample_backward_cpu(grad_in, go, spec, channels_last);
   }
   return grad_in;
 }

@@ -4,7 +4,6 @@
 #include "ops/upsample_aa.h"
 
 #include "ops/common.h"
-#include "ops/sort_reduce_cpu.h"
 #include "ops/upsample_aa_op.h"
 
 #include <ATen/ops/_upsample_bicubic2d_aa_backward_cpu_dispatch.h>
@@ -13,8 +12,6 @@
 #include <ATen/ops/_upsample_bilinear2d_aa_backward_cuda_dispatch.h>
 #include <ATen/ops/empty.h>
 
-#include <cstring>
-#include <vector>
 
 namespace detops {
 namespace {
@@ -65,88 +62,6 @@ void check_upsample_aa_backward(const AaOp& op, const at::Tensor& grad_output, a
   }
 }
 
-// Stock's area_pixel_compute_scale in the accumulate type: (in - 1) / (out - 1) with align_corners, else
-// 1 / scale where a positive scale is given, else in / out.
-template <typename acc_t>
-acc_t aa_scale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
-  if (align_corners) {
-    return out > 1 ? static_cast<acc_t>(in - 1) / static_cast<acc_t>(out - 1) : acc_t(0);
-  }
-  return (scale.has_value() && *scale > 0.) ? static_cast<acc_t>(1.0 / *scale)
-                                             : static_cast<acc_t>(in) / static_cast<acc_t>(out);
-}
-
-// One axis's windows transposed: for each input, the outputs covering it in ascending order, with their
-// normalised weights (stock's: the window's raw weights folded left to right, each divided by the sum
-// unless it is zero).
-template <typename acc_t>
-void build_axis(const AaAxis<acc_t>& ax, std::vector<int64_t>& start, std::vector<int64_t>& out,
-                std::vector<acc_t>& w) {
-  std::vector<int64_t> xmin(ax.osize), xsize(ax.osize);
-  std::vector<acc_t> centers(ax.osize);
-  start.assign(ax.isize + 1, 0);
-  for (int64_t o = 0; o < ax.osize; ++o) {
-    centers[o] = ax.window(o, xmin[o], xsize[o]);
-    for (int64_t j = 0; j < xsize[o]; ++j) ++start[xmin[o] + j + 1];
-  }
-  for (int64_t i = 0; i < ax.isize; ++i) start[i + 1] += start[i];
-  out.assign(start[ax.isize], 0);
-  w.assign(start[ax.isize], acc_t(0));
-  std::vector<int64_t> fill(start.begin(), start.end() - 1);
-  std::vector<acc_t> window;
-  // NB: outputs in ascending order, so each input's list is in ascending output order: the source order of
-  // the contract (docs/order_contract.md).
-  for (int64_t o = 0; o < ax.osize; ++o) {
-    window.resize(xsize[o]);
-    acc_t total = acc_t(0);
-    for (int64_t j = 0; j < xsize[o]; ++j) {
-      window[j] = ax.raw_weight(centers[o], xmin[o], j);
-      total = add_rn(total, window[j]);
-    }
-    for (int64_t j = 0; j < xsize[o]; ++j) {
-      const int64_t k = fill[xmin[o] + j]++;
-      out[k] = o;
-      w[k] = total != acc_t(0) ? div_rn(window[j], total) : window[j];
-    }
-  }
-}
-
-template <typename acc_t>
-UpsampleAaTables build_tables(AaFilter filter, int64_t ih, int64_t iw, int64_t oh, int64_t ow, bool align_corners,
-                              std::optional<double> scales_h, std::optional<double> scales_w,
-                              const at::Device& device) {
-  std::vector<int64_t> rs, ro, cs, co;
-  std::vector<acc_t> rw, cw;
-  build_axis(AaAxis<acc_t>(ih, oh, aa_scale<acc_t>(ih, oh, align_corners, scales_h), filter), rs, ro, rw);
-  build_axis(AaAxis<acc_t>(iw, ow, aa_scale<acc_t>(iw, ow, align_corners, scales_w), filter), cs, co, cw);
-  UpsampleAaTables t;
-  t.row_start = 0;
-  t.row_out = t.row_start + static_cast<int64_t>(rs.size());
-  t.col_start = t.row_out + static_cast<int64_t>(ro.size());
-  t.col_out = t.col_start + static_cast<int64_t>(cs.size());
-  t.weights_at = t.col_out + static_cast<int64_t>(co.size());
-  t.row_w = 0;
-  t.col_w = static_cast<int64_t>(rw.size());
-  const int64_t weight_bytes = static_cast<int64_t>((rw.size() + cw.size()) * sizeof(acc_t));
-  const int64_t words = t.weights_at + (weight_bytes + 7) / 8;
-  // Pinned for a CUDA call, so the one copy below is asynchronous on the current stream (the caching host
-  // allocator keeps the buffer until the copy has run).
-  at::Tensor blob = at::empty({words}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
-  int64_t* ip = blob.data_ptr<int64_t>();
-  acc_t* wp = reinterpret_cast<acc_t*>(ip + t.weights_at);
-  const auto put = [](auto* dst, const auto& v) {
-    if (!v.empty()) std::memcpy(dst, v.data(), v.size() * sizeof(v[0]));
-  };
-  put(ip + t.row_start, rs);
-  put(ip + t.row_out, ro);
-  put(ip + t.col_start, cs);
-  put(ip + t.col_out, co);
-  put(wp + t.row_w, rw);
-  put(wp + t.col_w, cw);
-  t.blob = blob.to(device, /*non_blocking=*/true);
-  return t;
-}
-
 // The engines' computation, in stock's result format: grad_output's suggested memory format for bilinear,
 // contiguous for bicubic (the bits do not depend on it).
 at::Tensor upsample_aa_backward(const AaOp& op, const at::Tensor& grad_output, at::IntArrayRef output_size,
@@ -169,12 +84,12 @@ at::Tensor upsample_aa_backward(const AaOp& op, const at::Tensor& grad_output, a
   const at::Tensor go = grad_output.contiguous();
   const UpsampleAaTables tables =
       grad_output.scalar_type() == at::kDouble
-          ? build_tables<double>(op.filter, ih, iw, oh, ow, align_corners, scales_h, scales_w, go.device())
-          : build_tables<float>(op.filter, ih, iw, oh, ow, align_corners, scales_h, scales_w, go.device());
+          ? build_aa_tables<double>(op.filter, ih, iw, oh, ow, align_corners, scales_h, scales_w, go.device())
+          : build_aa_tables<float>(op.filter, ih, iw, oh, ow, align_corners, scales_h, scales_w, go.device());
   if (go.is_cuda()) {
     cuda::upsample_aa_backward_kernel(grad_in, go, tables);
   } else {
-    upsample_aa_backward_compute<cpu::Engine>(grad_in, go, tables);
+    upsample_aa_backward_cpu(grad_in, go, tables);
   }
   return fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);
 }

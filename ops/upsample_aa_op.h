@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "ops/contract.h"
+#include "ops/gather_math.h"
 
 namespace detops {
 
@@ -95,19 +96,12 @@ struct AaAxisTable {
   const acc_t* w;
 };
 
-// Step 2 of the contract for a sequence known to hold at most kBlock contributions: one block, a left fold.
-template <typename acc_t>
-struct AaLeftFold {
-  acc_t sum{};
-  bool any = false;
+// How an element's contributions are folded. NB: the host knows the most contributions any element has
+// (the product of the longest lists), so it picks the cheapest form of the contract's tree that holds them;
+// all give tree_reduce's bits (docs/order_contract.md).
+enum class AaFold : int { Block = 0, TwoLevel = 1, Streaming = 2 };
 
-  C10_HOST_DEVICE void push(acc_t v) {
-    sum = any ? add_rn(sum, v) : v;
-    any = true;
-  }
-};
-
-// One thread (CUDA) or loop iteration (CPU) per grad_input element: its rows' outputs times its columns'
+// The per-element arithmetic: grad_input element (p, y, x) walks its rows' outputs times its columns'
 // outputs, in ascending (oy, ox), each contribution (wx * wy) * grad_output, folded by the contract's tree.
 template <typename scalar_t>
 struct UpsampleAaBackwardOp {
@@ -117,61 +111,183 @@ struct UpsampleAaBackwardOp {
   int64_t ih, iw, oh, ow;
   AaAxisTable<acc_t> rows;
   AaAxisTable<acc_t> cols;
+  AaFold fold;
 
-  template <typename Acc>
-  C10_HOST_DEVICE void visit(const scalar_t* plane, int64_t y, int64_t x, Acc& acc) const {
-    for (int64_t a = rows.start[y]; a < rows.start[y + 1]; ++a) {
+  template <typename index_t, typename Acc>
+  C10_HOST_DEVICE void visit(const scalar_t* plane, index_t y, index_t x, Acc& acc) const {
+    const index_t a0 = static_cast<index_t>(rows.start[y]), a1 = static_cast<index_t>(rows.start[y + 1]);
+    const index_t b0 = static_cast<index_t>(cols.start[x]), b1 = static_cast<index_t>(cols.start[x + 1]);
+    const index_t w = static_cast<index_t>(ow);
+    for (index_t a = a0; a < a1; ++a) {
       const acc_t wy = rows.w[a];
-      const scalar_t* row = plane + rows.out[a] * ow;
-      for (int64_t b = cols.start[x]; b < cols.start[x + 1]; ++b) {
-        acc.push(mul_rn(mul_rn(cols.w[b], wy), to_acc(row[cols.out[b]])));
+      const scalar_t* row = plane + static_cast<index_t>(rows.out[a]) * w;
+      for (index_t b = b0; b < b1; ++b) {
+        acc.push(mul_rn(mul_rn(cols.w[b], wy), to_acc(row[static_cast<index_t>(cols.out[b])])));
       }
     }
   }
 
-  C10_HOST_DEVICE void operator()(int64_t idx) const {
-    const int64_t x = idx % iw;
-    const int64_t rest = idx / iw;
-    const int64_t y = rest % ih;
-    const int64_t p = rest / ih;
-    const int64_t total = (rows.start[y + 1] - rows.start[y]) * (cols.start[x + 1] - cols.start[x]);
+  // grad_input element (p, y, x), written at offset `at`.
+  template <typename index_t>
+  C10_HOST_DEVICE void element(index_t p, index_t y, index_t x, index_t at) const {
+    const index_t total = static_cast<index_t>((rows.start[y + 1] - rows.start[y]) * (cols.start[x + 1] - cols.start[x]));
     if (total == 0) {
-      grad_in[idx] = round_to<scalar_t>(acc_t(0));
+      grad_in[at] = round_to<scalar_t>(acc_t(0));
       return;
     }
-    const scalar_t* plane = grad_out + p * (oh * ow);
+    const scalar_t* plane = grad_out + p * static_cast<index_t>(oh * ow);
     acc_t sum;
-    // NB: up to kBlock contributions are one block of the contract's tree, a left fold; longer sequences
-    // (upsampling by large factors) go through StreamingTree. Both give tree_reduce's bits.
-    if (total <= kBlock) {
-      AaLeftFold<acc_t> fold;
-      visit(plane, y, x, fold);
-      sum = fold.sum;
+    // NB: the three forms of the contract's tree give the same bits for the same sequence; the host picks
+    // the smallest that holds the longest one (AaFold).
+    if (fold == AaFold::Block) {
+      BlockFold<acc_t> f;
+      visit(plane, y, x, f);
+      sum = f.finish();
+    } else if (fold == AaFold::TwoLevel) {
+      TwoLevelTree<acc_t> f;
+      visit(plane, y, x, f);
+      sum = f.finish();
     } else {
-      StreamingTree<acc_t> tree;
-      visit(plane, y, x, tree);
-      sum = tree.finish();
+      StreamingTree<acc_t> f;
+      visit(plane, y, x, f);
+      sum = f.finish();
     }
-    grad_in[idx] = round_to<scalar_t>(add_rn(acc_t(0), sum));
+    grad_in[at] = round_to<scalar_t>(add_rn(acc_t(0), sum));
+  }
+};
+
+// One grad_input element per index (the CUDA kernel's thread, or the CPU's per-element path): the linear
+// index split by dividers fixed per call. index_t is int32_t when every offset fits, else int64_t.
+template <typename scalar_t, typename index_t>
+struct UpsampleAaElementOp {
+  UpsampleAaBackwardOp<scalar_t> op;
+  FastDivider<index_t> div_w, div_h;
+
+  UpsampleAaElementOp(const UpsampleAaBackwardOp<scalar_t>& o) : op(o), div_w(o.iw), div_h(o.ih) {}
+
+  C10_HOST_DEVICE void operator()(index_t idx) const {
+    const index_t rest = div_w.div(idx);
+    const index_t x = idx - rest * static_cast<index_t>(op.iw);
+    const index_t p = div_h.div(rest);
+    const index_t y = rest - p * static_cast<index_t>(op.ih);
+    op.element(p, y, x, idx);
   }
 };
 
 }  // namespace detops
 
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
 
 namespace detops {
 
 // The per-call tables, built on the host (ops/upsample_aa.cpp) and moved to grad_in's device in one copy:
 // `blob` (int64) holds the rows' then the columns' offsets and outputs, then from `weights_at` their weights
-// (acc_t of the dtype, rows' then columns', 8-byte aligned).
+// (acc_t of the dtype, rows' then columns', 8-byte aligned). `longest`: the most contributions any element
+// has (the longest row list times the longest column list).
 struct UpsampleAaTables {
   at::Tensor blob;
   int64_t row_start, row_out, col_start, col_out;  // int64 offsets into blob
   int64_t weights_at;                              // int64 offset of the weights in blob
   int64_t row_w, col_w;                            // acc_t offsets into the weights
+  int64_t longest;
 };
+
+// Stock's area_pixel_compute_scale in the accumulate type: (in - 1) / (out - 1) with align_corners, else
+// 1 / scale where a positive scale is given, else in / out.
+template <typename acc_t>
+inline acc_t aa_scale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  if (align_corners) {
+    return out > 1 ? static_cast<acc_t>(in - 1) / static_cast<acc_t>(out - 1) : acc_t(0);
+  }
+  return (scale.has_value() && *scale > 0.) ? static_cast<acc_t>(1.0 / *scale)
+                                             : static_cast<acc_t>(in) / static_cast<acc_t>(out);
+}
+
+// One axis's windows transposed: for each input, the outputs covering it in ascending order, with their
+// normalised weights (stock's: the window's raw weights folded left to right, each divided by the sum
+// unless it is zero).
+template <typename acc_t>
+inline void build_aa_axis(const AaAxis<acc_t>& ax, std::vector<int64_t>& start, std::vector<int64_t>& out,
+                std::vector<acc_t>& w) {
+  std::vector<int64_t> xmin(ax.osize), xsize(ax.osize);
+  std::vector<acc_t> centers(ax.osize);
+  start.assign(ax.isize + 1, 0);
+  for (int64_t o = 0; o < ax.osize; ++o) {
+    centers[o] = ax.window(o, xmin[o], xsize[o]);
+    for (int64_t j = 0; j < xsize[o]; ++j) ++start[xmin[o] + j + 1];
+  }
+  for (int64_t i = 0; i < ax.isize; ++i) start[i + 1] += start[i];
+  out.assign(start[ax.isize], 0);
+  w.assign(start[ax.isize], acc_t(0));
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  std::vector<acc_t> window;
+  // NB: outputs in ascending order, so each input's list is in ascending output order: the source order of
+  // the contract (docs/order_contract.md).
+  for (int64_t o = 0; o < ax.osize; ++o) {
+    window.resize(xsize[o]);
+    acc_t total = acc_t(0);
+    for (int64_t j = 0; j < xsize[o]; ++j) {
+      window[j] = ax.raw_weight(centers[o], xmin[o], j);
+      total = add_rn(total, window[j]);
+    }
+    for (int64_t j = 0; j < xsize[o]; ++j) {
+      const int64_t k = fill[xmin[o] + j]++;
+      out[k] = o;
+      w[k] = total != acc_t(0) ? div_rn(window[j], total) : window[j];
+    }
+  }
+}
+
+template <typename acc_t>
+inline UpsampleAaTables build_aa_tables(AaFilter filter, int64_t ih, int64_t iw, int64_t oh, int64_t ow, bool align_corners,
+                              std::optional<double> scales_h, std::optional<double> scales_w,
+                              const at::Device& device) {
+  std::vector<int64_t> rs, ro, cs, co;
+  std::vector<acc_t> rw, cw;
+  build_aa_axis(AaAxis<acc_t>(ih, oh, aa_scale<acc_t>(ih, oh, align_corners, scales_h), filter), rs, ro, rw);
+  build_aa_axis(AaAxis<acc_t>(iw, ow, aa_scale<acc_t>(iw, ow, align_corners, scales_w), filter), cs, co, cw);
+  UpsampleAaTables t;
+  t.row_start = 0;
+  t.row_out = t.row_start + static_cast<int64_t>(rs.size());
+  t.col_start = t.row_out + static_cast<int64_t>(ro.size());
+  t.col_out = t.col_start + static_cast<int64_t>(cs.size());
+  t.weights_at = t.col_out + static_cast<int64_t>(co.size());
+  t.row_w = 0;
+  t.col_w = static_cast<int64_t>(rw.size());
+  const int64_t weight_bytes = static_cast<int64_t>((rw.size() + cw.size()) * sizeof(acc_t));
+  const int64_t words = t.weights_at + (weight_bytes + 7) / 8;
+  // Pinned for a CUDA call, so the one copy below is asynchronous on the current stream (the caching host
+  // allocator keeps the buffer until the copy has run).
+  at::Tensor blob = at::empty({words}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  int64_t* ip = blob.data_ptr<int64_t>();
+  acc_t* wp = reinterpret_cast<acc_t*>(ip + t.weights_at);
+  const auto put = [](auto* dst, const auto& v) {
+    if (!v.empty()) std::memcpy(dst, v.data(), v.size() * sizeof(v[0]));
+  };
+  put(ip + t.row_start, rs);
+  put(ip + t.row_out, ro);
+  put(ip + t.col_start, cs);
+  put(ip + t.col_out, co);
+  put(wp + t.row_w, rw);
+  put(wp + t.col_w, cw);
+  t.blob = blob.to(device, /*non_blocking=*/true);
+  const auto longest = [](const std::vector<int64_t>& start) {
+    int64_t m = 0;
+    for (size_t i = 0; i + 1 < start.size(); ++i) m = std::max(m, start[i + 1] - start[i]);
+    return m;
+  };
+  t.longest = longest(rs) * longest(cs);
+  return t;
+}
 
 template <typename scalar_t>
 UpsampleAaBackwardOp<scalar_t> make_upsample_aa_backward_op(at::Tensor& grad_in, const at::Tensor& grad_out,
@@ -188,23 +304,114 @@ UpsampleAaBackwardOp<scalar_t> make_upsample_aa_backward_op(at::Tensor& grad_in,
   const acc_t* weights = reinterpret_cast<const acc_t*>(index + t.weights_at);
   op.rows = {index + t.row_start, index + t.row_out, weights + t.row_w};
   op.cols = {index + t.col_start, index + t.col_out, weights + t.col_w};
+  op.fold = t.longest <= kBlock ? AaFold::Block : t.longest <= kBlock * kBlock ? AaFold::TwoLevel : AaFold::Streaming;
   return op;
 }
 
-// On an engine (cpu::Engine or cuda::Engine): every element of grad_in (contiguous [N, C, IH, IW]) gathers
-// its contributions from grad_out (contiguous [N, C, OH, OW]).
-template <typename Engine>
-void upsample_aa_backward_compute(at::Tensor& grad_in, const at::Tensor& grad_out, const UpsampleAaTables& t) {
+// True when every offset into grad_in and grad_out (both contiguous) fits the 32-bit index math.
+inline bool upsample_aa_fits_int32(const at::Tensor& grad_in, const at::Tensor& grad_out) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  return grad_in.numel() < kMax && grad_out.numel() < kMax;
+}
+
+// The CPU's ways through one call: Planes (the default: one (y, x) position per iteration, the planes
+// folded side by side as lanes), or the CUDA kernel's one element per index with 32-bit or 64-bit index
+// math. All give the same bits (tests/cpp/test_cpu_paths.cpp).
+enum class AaPath : int { Planes = 0, Elements32 = 1, Elements64 = 2 };
+
+// One (y, x) position per iteration, up to kLanes planes at a time as lanes: the same contributions in the
+// same order for every plane (up to kBlock * kBlock of them, the two-level tree with shared counters),
+// longer sequences element by element.
+template <typename scalar_t>
+void upsample_aa_backward_planes(const UpsampleAaBackwardOp<scalar_t>& op, int64_t planes, int64_t longest) {
+  using acc_t = acc_type<scalar_t>;
+  constexpr int64_t kLanes = 64;
+  const int64_t in_plane = op.ih * op.iw, out_plane = op.oh * op.ow;
+  const int64_t groups = (planes + kLanes - 1) / kLanes;
+  const int64_t grain =
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(1, std::min(planes, kLanes) * longest * op.iw));
+  // One (group of planes, y) row per step, its x positions in the inner loop: no division per position.
+  at::parallel_for(0, groups * op.ih, grain, [&](int64_t begin, int64_t end) {
+    acc_t block[kLanes], top[kLanes];
+    const auto position = [&](int64_t g, int64_t y, int64_t x) {
+      const int64_t pos = y * op.iw + x;
+      const int64_t p0 = g * kLanes, lanes = std::min(kLanes, planes - p0);
+      const int64_t a0 = op.rows.start[y], a1 = op.rows.start[y + 1];
+      const int64_t b0 = op.cols.start[x], b1 = op.cols.start[x + 1];
+      const int64_t total = (a1 - a0) * (b1 - b0);
+      scalar_t* out = op.grad_in + p0 * in_plane + pos;
+      if (total > kBlock * kBlock) {
+        for (int64_t l = 0; l < lanes; ++l) op.element(p0 + l, y, x, (p0 + l) * in_plane + pos);
+        return;
+      }
+      if (total == 0) {
+        for (int64_t l = 0; l < lanes; ++l) out[l * in_plane] = round_to<scalar_t>(acc_t(0));
+        return;
+      }
+      const scalar_t* base = op.grad_out + p0 * out_plane;
+      int in_block = 0;
+      bool any_top = false;
+      // NB: per plane, the pushes of TwoLevelTree (BlockFold's for up to kBlock), in source order.
+      for (int64_t a = a0; a < a1; ++a) {
+        const acc_t wy = op.rows.w[a];
+        const scalar_t* row = base + op.rows.out[a] * op.ow;
+        for (int64_t b = b0; b < b1; ++b) {
+          const acc_t w = mul_rn(op.cols.w[b], wy);
+          const scalar_t* src = row + op.cols.out[b];
+          if (in_block == 0) {
+            for (int64_t l = 0; l < lanes; ++l) block[l] = mul_rn(w, to_acc(src[l * out_plane]));
+          } else {
+            for (int64_t l = 0; l < lanes; ++l) block[l] = add_rn(block[l], mul_rn(w, to_acc(src[l * out_plane])));
+          }
+          if (++in_block == kBlock) {
+            for (int64_t l = 0; l < lanes; ++l) top[l] = any_top ? add_rn(top[l], block[l]) : block[l];
+            any_top = true;
+            in_block = 0;
+          }
+        }
+      }
+      for (int64_t l = 0; l < lanes; ++l) {
+        const acc_t sum = in_block == 0 ? top[l] : (any_top ? add_rn(top[l], block[l]) : block[l]);
+        out[l * in_plane] = round_to<scalar_t>(add_rn(acc_t(0), sum));
+      }
+    };
+    for (int64_t gy = begin; gy < end; ++gy) {
+      const int64_t g = gy / op.ih, y = gy - g * op.ih;
+      for (int64_t x = 0; x < op.iw; ++x) position(g, y, x);
+    }
+  });
+}
+
+template <typename scalar_t, typename index_t>
+void upsample_aa_backward_elements_cpu(const UpsampleAaBackwardOp<scalar_t>& op, int64_t n) {
+  const UpsampleAaElementOp<scalar_t, index_t> e(op);
+  at::parallel_for(0, n, 2048, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) e(static_cast<index_t>(i));
+  });
+}
+
+// The CPU computation: every element of grad_in (contiguous [N, C, IH, IW]) gathers its contributions from
+// grad_out (contiguous [N, C, OH, OW]).
+inline void upsample_aa_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const UpsampleAaTables& t,
+                                     AaPath path = AaPath::Planes) {
   const int64_t n = grad_in.numel();
   if (n == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_upsample_aa_backward", [&] {
-    Engine::for_each(make_upsample_aa_backward_op<scalar_t>(grad_in, grad_out, t), n);
+    const auto op = make_upsample_aa_backward_op<scalar_t>(grad_in, grad_out, t);
+    if (path == AaPath::Elements32 && upsample_aa_fits_int32(grad_in, grad_out)) {
+      upsample_aa_backward_elements_cpu<scalar_t, int32_t>(op, n);
+    } else if (path != AaPath::Planes) {
+      upsample_aa_backward_elements_cpu<scalar_t, int64_t>(op, n);
+    } else {
+      upsample_aa_backward_planes(op, n / (op.ih * op.iw), t.longest);
+    }
   });
 }
 
 namespace cuda {
-// The computation on the CUDA engine (cuda/upsample_aa.cu). Tensors contiguous and on one device, the
-// tables on it too.
+// The computation on the CUDA engine (cuda/upsample_aa.cu): one thread per grad_input element
+// (UpsampleAaElementOp), 32-bit index math where every offset fits. Tensors contiguous and on one device,
+// the tables on it too.
 void upsample_aa_backward_kernel(at::Tensor& grad_in, const at::Tensor& grad_out, const UpsampleAaTables& t);
 }  // namespace cuda
 
