@@ -122,7 +122,7 @@ at::Tensor pad_backward(const PadOp& op, const at::Tensor& grad_output, const at
   if (self.is_cuda()) {
     cuda::pad_backward_kernel(grad_in, go, d, op.reflect);
   } else {
-    pad_backward_compute<cpu::Engine>(grad_in, go, d, op.reflect);
+    pad_backward_cpu(grad_in, go, d, op.reflect);
   }
   return fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);
 }

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "ops/contract.h"
+#include "ops/index_math.h"
 
 namespace detops {
 
@@ -27,64 +28,77 @@ struct PadDims {
   int64_t before[3];  // padding before the input (front, top, left); negative crops
 };
 
-// The outputs of one axis that read one input position: up to three runs of consecutive output positions,
-// in ascending order and disjoint.
+// The outputs of one axis that read one input position: three runs of consecutive output positions, each
+// possibly empty, in ascending order and disjoint. Fixed slots (no run counter): the CUDA kernels keep them
+// in registers.
+template <typename index_t>
 struct AxisSources {
-  int64_t first[3];
-  int64_t count[3];
-  int runs = 0;
+  index_t first[3];
+  index_t count[3];
 
-  C10_HOST_DEVICE void add(int64_t lo, int64_t hi, int64_t size) {  // outputs [lo, hi] clipped to [0, size)
+  // Slot r: outputs [lo, hi] clipped to [0, size).
+  C10_HOST_DEVICE void set(int r, index_t lo, index_t hi, index_t size) {
     lo = lo < 0 ? 0 : lo;
     hi = hi > size - 1 ? size - 1 : hi;
-    if (lo > hi) return;
-    first[runs] = lo;
-    count[runs] = hi - lo + 1;
-    ++runs;
+    first[r] = lo;
+    count[r] = lo > hi ? index_t{0} : hi - lo + 1;
   }
-  C10_HOST_DEVICE int64_t total() const {
-    int64_t t = 0;
-    for (int r = 0; r < runs; ++r) t += count[r];
-    return t;
-  }
+  C10_HOST_DEVICE index_t total() const { return count[0] + count[1] + count[2]; }
+  // The one output of a position with total() == 1.
+  C10_HOST_DEVICE index_t only() const { return count[0] != 0 ? first[0] : count[1] != 0 ? first[1] : first[2]; }
 };
 
-// One thread (CUDA) or loop iteration (CPU) per grad_input element: its sources along each axis, then their
-// grad_output values in ascending output position, folded by the contract's tree.
-template <typename scalar_t>
+// One grad_input element per call: its sources along each axis, then their grad_output values in
+// ascending output position, folded by the contract's tree. index_t is int32_t where every size and
+// position of the call fits (the host decides), else int64_t. kBounded: the host knows every element has
+// at most kBlock contributions (always for reflect: 27 at most), so only BlockFold is compiled in.
+template <typename scalar_t, typename index_t, bool kBounded>
 struct PadBackwardOp {
   using acc_t = acc_type<scalar_t>;
+  using Sources = AxisSources<index_t>;
+  using index_type = index_t;
   const scalar_t* grad_out;  // contiguous [planes, OD, OH, OW]
   scalar_t* grad_in;         // contiguous [planes, ID, IH, IW]
-  PadDims d;
+  index_t isize[3];
+  index_t osize[3];
+  index_t before[3];
+  index_t oplane;  // OD * OH * OW
+  Divider<index_t> div[3];  // by isize[k]
   bool reflect;
 
-  C10_HOST_DEVICE AxisSources sources(int k, int64_t i) const {
-    const int64_t n = d.isize[k];
-    const int64_t b = d.before[k];
-    const int64_t size = d.osize[k];
-    AxisSources s;
+  C10_HOST_DEVICE Sources sources(int k, index_t i) const {
+    const index_t n = isize[k];
+    const index_t b = before[k];
+    const index_t size = osize[k];
+    Sources s;
     if (reflect) {
-      if (i > 0) s.add(b - i, b - i, size);
-      s.add(b + i, b + i, size);
-      if (i < n - 1) s.add(b + 2 * (n - 1) - i, b + 2 * (n - 1) - i, size);
+      const index_t right = b + 2 * (n - 1) - i;
+      s.set(0, b - i, i > 0 ? b - i : b - i - 1, size);
+      s.set(1, b + i, b + i, size);
+      s.set(2, right, i < n - 1 ? right : right - 1, size);
     } else {
       // Outputs o with clamp(o - b, 0, n - 1) == i.
-      s.add(i == 0 ? int64_t{0} : b + i, i == n - 1 ? size - 1 : b + i, size);
+      s.set(0, i == 0 ? index_t{0} : b + i, i == n - 1 ? size - 1 : b + i, size);
+      s.set(1, 0, -1, size);
+      s.set(2, 0, -1, size);
     }
     return s;
   }
 
   // Feeds acc the sources' grad_output values in ascending (d, h, w) output order.
   template <typename Acc>
-  C10_HOST_DEVICE void visit(const AxisSources* s, const scalar_t* plane, Acc& acc) const {
-    for (int rd = 0; rd < s[0].runs; ++rd) {
-      for (int64_t od = s[0].first[rd]; od < s[0].first[rd] + s[0].count[rd]; ++od) {
-        for (int rh = 0; rh < s[1].runs; ++rh) {
-          for (int64_t oh = s[1].first[rh]; oh < s[1].first[rh] + s[1].count[rh]; ++oh) {
-            const scalar_t* row = plane + (od * d.osize[1] + oh) * d.osize[2];
-            for (int rw = 0; rw < s[2].runs; ++rw) {
-              for (int64_t ow = s[2].first[rw]; ow < s[2].first[rw] + s[2].count[rw]; ++ow) {
+  C10_HOST_DEVICE void visit(const Sources& sd, const Sources& sh, const Sources& sw, const scalar_t* plane,
+                             Acc& acc) const {
+DETOPS_UNROLL
+    for (int rd = 0; rd < 3; ++rd) {
+      for (index_t od = sd.first[rd]; od < sd.first[rd] + sd.count[rd]; ++od) {
+DETOPS_UNROLL
+        for (int rh = 0; rh < 3; ++rh) {
+          for (index_t oh = sh.first[rh]; oh < sh.first[rh] + sh.count[rh]; ++oh) {
+            const scalar_t* row = plane + (od * osize[1] + oh) * osize[2];
+DETOPS_UNROLL
+            for (int rw = 0; rw < 3; ++rw) {
+              for (index_t ow = sw.first[rw]; ow < sw.first[rw] + sw.count[rw]; ++ow) {
                 acc.push(to_acc(row[ow]));
               }
             }
@@ -94,64 +108,231 @@ struct PadBackwardOp {
     }
   }
 
-  C10_HOST_DEVICE void operator()(int64_t idx) const {
-    const int64_t iw = idx % d.isize[2];
-    int64_t rest = idx / d.isize[2];
-    const int64_t ih = rest % d.isize[1];
-    rest /= d.isize[1];
-    const int64_t it = rest % d.isize[0];
-    const int64_t p = rest / d.isize[0];
-    const AxisSources s[3] = {sources(0, it), sources(1, ih), sources(2, iw)};
-    const int64_t total = s[0].total() * s[1].total() * s[2].total();
-    if (total == 0) {
-      grad_in[idx] = round_to<scalar_t>(acc_t(0));
-      return;
-    }
-    const scalar_t* plane = grad_out + p * (d.osize[0] * d.osize[1] * d.osize[2]);
+  // The value of an element from its contributions' tree: the starting value 0 plus the tree, rounded once.
+  C10_HOST_DEVICE static scalar_t finish(acc_t sum) { return round_to<scalar_t>(add_rn(acc_t(0), sum)); }
+  // The value of an element with one contribution v: one block of one, v itself.
+  C10_HOST_DEVICE static scalar_t single(scalar_t v) { return finish(to_acc(v)); }
+
+  // The value of the grad_input element with these sources, `plane` its (N, C) plane of grad_output.
+  C10_HOST_DEVICE scalar_t gather(const Sources& sd, const Sources& sh, const Sources& sw,
+                                  const scalar_t* plane) const {
+    const index_t total = sd.total() * sh.total() * sw.total();
+    if (total == 0) return round_to<scalar_t>(acc_t(0));
+    if (total == 1) return single(plane[(sd.only() * osize[1] + sh.only()) * osize[2] + sw.only()]);
     acc_t sum;
-    // NB: at most kBlock contributions (always for reflect: 27 at most) are one block of the contract's
-    // tree, a plain left fold; longer sequences (replicate borders) go through StreamingTree. Both give
-    // tree_reduce's bits for the same sequence.
-    if (total <= kBlock) {
+    // NB: at most kBlock contributions are one block of the contract's tree, a plain left fold; longer
+    // sequences (replicate borders) go through StreamingTree. Both give tree_reduce's bits for the same
+    // sequence.
+    if (kBounded || total <= kBlock) {
       BlockFold<acc_t> fold;
-      visit(s, plane, fold);
+      visit(sd, sh, sw, plane, fold);
       sum = fold.finish();
     } else {
       StreamingTree<acc_t> tree;
-      visit(s, plane, tree);
+      visit(sd, sh, sw, plane, tree);
       sum = tree.finish();
     }
-    grad_in[idx] = round_to<scalar_t>(add_rn(acc_t(0), sum));
+    return finish(sum);
+  }
+
+  // Element idx, linear in [planes, ID, IH, IW].
+  C10_HOST_DEVICE void operator()(index_t idx) const {
+    index_t rest, iw, ih, it, p;
+    div[2].divmod(idx, rest, iw);
+    div[1].divmod(rest, rest, ih);
+    div[0].divmod(rest, p, it);
+    grad_in[idx] = gather(sources(0, it), sources(1, ih), sources(2, iw), grad_out + p * oplane);
   }
 };
 
 }  // namespace detops
 
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
 
 namespace detops {
 
+// True when every position of the call fits 32-bit index math (with room for a grid stride and for the
+// mirrored positions, before + 2 (n - 1) - i).
+inline bool pad_fits_int32(const at::Tensor& grad_in, const at::Tensor& grad_out, const PadDims& d) {
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  bool fits = grad_in.numel() < kLimit && grad_out.numel() < kLimit;
+  for (int k = 0; k < 3; ++k) fits = fits && d.osize[k] + 2 * d.isize[k] + std::abs(d.before[k]) < kLimit;
+  return fits;
+}
+
+// The most contributions one element along axis k can have: the borders and one interior position
+// (reflect: at most three per axis; replicate: the whole padding at a border).
+template <typename Op>
+int64_t pad_axis_max_sources(const Op& op, int k) {
+  const int64_t n = op.isize[k];
+  int64_t most = 0;
+  for (const int64_t i : {int64_t{0}, std::min<int64_t>(1, n - 1), n / 2, std::max<int64_t>(n - 2, 0), n - 1}) {
+    most = std::max<int64_t>(most, op.sources(k, static_cast<typename Op::index_type>(i)).total());
+  }
+  return most;
+}
+
 // The builder over contiguous tensors: grad_in is the result, grad_out its input.
-template <typename scalar_t>
-PadBackwardOp<scalar_t> make_pad_backward_op(at::Tensor& grad_in, const at::Tensor& grad_out, const PadDims& dims,
-                                             bool reflect) {
-  PadBackwardOp<scalar_t> op;
+template <typename scalar_t, typename index_t, bool kBounded>
+PadBackwardOp<scalar_t, index_t, kBounded> make_pad_backward_op(at::Tensor& grad_in, const at::Tensor& grad_out,
+                                                                const PadDims& dims, bool reflect) {
+  PadBackwardOp<scalar_t, index_t, kBounded> op;
   op.grad_out = grad_out.const_data_ptr<scalar_t>();
   op.grad_in = grad_in.data_ptr<scalar_t>();
-  op.d = dims;
+  for (int k = 0; k < 3; ++k) {
+    op.isize[k] = static_cast<index_t>(dims.isize[k]);
+    op.osize[k] = static_cast<index_t>(dims.osize[k]);
+    op.before[k] = static_cast<index_t>(dims.before[k]);
+    op.div[k] = Divider<index_t>(op.isize[k]);
+  }
+  op.oplane = static_cast<index_t>(dims.osize[0] * dims.osize[1] * dims.osize[2]);
   op.reflect = reflect;
   return op;
 }
 
-// On an engine (cpu::Engine or cuda::Engine): every element of grad_in (contiguous, self's shape) gathers
-// its sources from grad_out (contiguous).
+// Calls f(op) with the op the call needs: 32-bit index math where it fits (unless force_general), and the
+// BlockFold-only op where the host knows every element has at most kBlock contributions.
+template <typename scalar_t, typename F>
+void with_pad_backward_op(at::Tensor& grad_in, const at::Tensor& grad_out, const PadDims& dims, bool reflect,
+                          bool force_general, const F& f) {
+  const auto general = make_pad_backward_op<scalar_t, int64_t, false>(grad_in, grad_out, dims, reflect);
+  const int64_t most =
+      pad_axis_max_sources(general, 0) * pad_axis_max_sources(general, 1) * pad_axis_max_sources(general, 2);
+  if (force_general) {
+    f(general);
+  } else if (pad_fits_int32(grad_in, grad_out, dims)) {
+    if (most <= kBlock) {
+      f(make_pad_backward_op<scalar_t, int32_t, true>(grad_in, grad_out, dims, reflect));
+    } else {
+      f(make_pad_backward_op<scalar_t, int32_t, false>(grad_in, grad_out, dims, reflect));
+    }
+  } else if (most <= kBlock) {
+    f(make_pad_backward_op<scalar_t, int64_t, true>(grad_in, grad_out, dims, reflect));
+  } else {
+    f(general);
+  }
+}
+
+// One element per op call on an engine (cuda::Engine's kernels; cpu::Engine::for_each reaches the same
+// code, with force_general the 64-bit, StreamingTree-capable op): every element of grad_in (contiguous,
+// self's shape) gathers its sources from grad_out (contiguous).
 template <typename Engine>
-void pad_backward_compute(at::Tensor& grad_in, const at::Tensor& grad_out, const PadDims& dims, bool reflect) {
+void pad_backward_compute(at::Tensor& grad_in, const at::Tensor& grad_out, const PadDims& dims, bool reflect,
+                          bool force_general = false) {
   const int64_t n = grad_in.numel();
   if (n == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_padding_backward", [&] {
-    Engine::for_each(make_pad_backward_op<scalar_t>(grad_in, grad_out, dims, reflect), n);
+    with_pad_backward_op<scalar_t>(grad_in, grad_out, dims, reflect, force_general,
+                                   [&](const auto& op) { Engine::for_each(op, n); });
+  });
+}
+
+// The positions i of axis k whose one output is before + i, a run [lo, hi) (possibly empty): reflect leaves
+// out the positions a mirror reads too (0 < i <= before, n - 1 - after <= i < n - 1), replicate the borders;
+// both leave out the positions cropped away. Checked at both ends against the op's sources().
+template <typename Op>
+void pad_single_run(const Op& op, int k, int64_t& lo, int64_t& hi) {
+  const int64_t n = op.isize[k];
+  const int64_t b = op.before[k];
+  const int64_t a = op.osize[k] - n - b;
+  lo = std::max<int64_t>({op.reflect ? (b >= 1 ? b + 1 : 0) : 1, -b, 0});
+  hi = std::min<int64_t>({op.reflect ? (a >= 1 ? n - 1 - a : n) : n - 1, n + a, n});
+  const auto single = [&](int64_t i) {
+    const auto s = op.sources(k, i);
+    return s.total() == 1 && s.only() == b + i;
+  };
+  if (lo >= hi || !single(lo) || !single(hi - 1)) lo = hi = 0;
+}
+
+// The CPU path: rows of grad_in in parallel; the sources along D and H computed once per row, along W per
+// element (a few comparisons), so no element divides. Each element runs the op's gather(), or, at the W
+// positions with one output (before + iw), the same fold over the row's grad_output rows taken in
+// ascending (d, h) order: the bits of pad_backward_compute.
+template <typename scalar_t>
+void pad_backward_rows_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const PadDims& dims, bool reflect) {
+  using Op = PadBackwardOp<scalar_t, int64_t, false>;
+  using acc_t = acc_type<scalar_t>;
+  const Op op = make_pad_backward_op<scalar_t, int64_t, false>(grad_in, grad_out, dims, reflect);
+  const int64_t iw_size = dims.isize[2];
+  int64_t w_lo, w_hi;
+  pad_single_run(op, 2, w_lo, w_hi);
+  const int64_t rows = grad_in.numel() / iw_size;
+  const int64_t grain = std::max<int64_t>(1, 32768 / iw_size);
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    int64_t ih = begin % dims.isize[1];  // row r = (p, it, ih), stepped without dividing
+    int64_t it = (begin / dims.isize[1]) % dims.isize[0];
+    int64_t p = begin / (dims.isize[1] * dims.isize[0]);
+    for (int64_t r = begin; r < end; ++r, ++ih) {
+      if (ih == dims.isize[1]) {
+        ih = 0;
+        if (++it == dims.isize[0]) {
+          it = 0;
+          ++p;
+        }
+      }
+      const AxisSources<int64_t> sd = op.sources(0, it);
+      const AxisSources<int64_t> sh = op.sources(1, ih);
+      const scalar_t* plane = op.grad_out + p * op.oplane;
+      scalar_t* out = op.grad_in + r * iw_size;
+      // The grad_output rows this row reads, in ascending (d, h) order.
+      const scalar_t* src[kBlock];
+      int m = 0;
+      if (sd.total() * sh.total() <= kBlock) {
+        for (int rd = 0; rd < 3; ++rd) {
+          for (int64_t od = sd.first[rd]; od < sd.first[rd] + sd.count[rd]; ++od) {
+            for (int rh = 0; rh < 3; ++rh) {
+              for (int64_t oh = sh.first[rh]; oh < sh.first[rh] + sh.count[rh]; ++oh) {
+                src[m++] = plane + (od * dims.osize[1] + oh) * dims.osize[2];
+              }
+            }
+          }
+        }
+      }
+      if (m == 0) {  // cropped away, or more than a block along D and H
+        for (int64_t iw = 0; iw < iw_size; ++iw) out[iw] = op.gather(sd, sh, op.sources(2, iw), plane);
+        continue;
+      }
+      // A W position's contributions: each row in turn, its outputs along W in ascending order.
+      const auto fold_rows = [&](int64_t iw) {
+        const AxisSources<int64_t> sw = op.sources(2, iw);
+        if (sw.total() == 0 || m * sw.total() > kBlock) return op.gather(sd, sh, sw, plane);
+        BlockFold<acc_t> fold;
+        for (int j = 0; j < m; ++j) {
+          for (int rw = 0; rw < 3; ++rw) {
+            for (int64_t ow = sw.first[rw]; ow < sw.first[rw] + sw.count[rw]; ++ow) fold.push(to_acc(src[j][ow]));
+          }
+        }
+        return Op::finish(fold.finish());
+      };
+      for (int64_t iw = 0; iw < w_lo; ++iw) out[iw] = fold_rows(iw);
+      // The W positions with one output, before + iw.
+      const int64_t shift = dims.before[2];
+      if (m == 1) {
+        const scalar_t* s0 = src[0] + shift;
+        for (int64_t iw = w_lo; iw < w_hi; ++iw) out[iw] = Op::single(s0[iw]);
+      } else {
+        // NB: up to kBlock contributions: one block of the tree, BlockFold as in gather().
+        for (int64_t iw = w_lo; iw < w_hi; ++iw) {
+          BlockFold<acc_t> fold;
+          for (int j = 0; j < m; ++j) fold.push(to_acc(src[j][shift + iw]));
+          out[iw] = Op::finish(fold.finish());
+        }
+      }
+      for (int64_t iw = std::max(w_hi, w_lo); iw < iw_size; ++iw) out[iw] = fold_rows(iw);
+    }
+  });
+}
+
+inline void pad_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const PadDims& dims, bool reflect) {
+  if (grad_in.numel() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_padding_backward", [&] {
+    pad_backward_rows_cpu<scalar_t>(grad_in, grad_out, dims, reflect);
   });
 }
 
