@@ -54,15 +54,19 @@ PoolShape check_pool_backward(const char* op, const at::Tensor& grad_output, con
 }
 
 // Max pools: indices as stock's forward returns them (int64, grad_output's shape), each in
-// [0, input_plane). CPU indices are always checked on the host; CUDA ones in strict mode only,
-// otherwise the kernel asserts and never writes out of bounds.
-void check_max_indices(const char* op, const at::Tensor& self, const at::Tensor& grad_output, const at::Tensor& indices,
-                       int64_t input_plane) {
+// [0, input_plane). CPU indices are always checked on the host (check_max_index_values; the CPU path finds
+// a bad one on its way and checks then); CUDA ones in strict mode only, otherwise the kernel asserts and
+// never writes out of bounds.
+void check_max_indices(const char* op, const at::Tensor& self, const at::Tensor& grad_output,
+                       const at::Tensor& indices) {
   TORCH_CHECK(indices.scalar_type() == at::kLong, op, "(): expected indices of dtype int64, but got ",
               indices.scalar_type());
   TORCH_CHECK(indices.sizes() == grad_output.sizes(), op, "(): expected indices of grad_output's shape ",
               grad_output.sizes(), ", but got ", indices.sizes());
   check_same_device(op, self, indices, "indices");
+}
+
+void check_max_index_values(const char* op, const at::Tensor& indices, int64_t input_plane) {
   check_index_values(op, "index", indices, 0, input_plane,
                      "for an input plane of " + std::to_string(input_plane) + " elements");
 }
@@ -83,21 +87,31 @@ at::Tensor avg_backward(const at::Tensor& grad_output, const at::Tensor& self, c
   if (self.is_cuda()) {
     cuda::avg_pool_backward_kernel(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
   } else {
-    avg_pool_backward_compute<cpu::Engine>(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
+    avg_pool_backward_cpu(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
   }
   return in_format(self, grad_in, keep_format);
 }
 
 at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, const at::Tensor& self,
                         const at::Tensor& indices, const PoolShape& s, bool keep_format) {
-  check_max_indices(op_name, self, grad_output, indices, s.input_plane());
-  at::Tensor grad_in = at::zeros(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
-  if (grad_in.numel() == 0 || grad_output.numel() == 0) return in_format(self, grad_in, keep_format);
+  check_max_indices(op_name, self, grad_output, indices);
+  const bool empty = self.numel() == 0 || grad_output.numel() == 0;
+  if (self.is_cuda() || empty) check_max_index_values(op_name, indices, s.input_plane());
+  const auto options = self.options().memory_format(at::MemoryFormat::Contiguous);
+  if (empty) return in_format(self, at::zeros(self.sizes(), options), keep_format);
   const at::Tensor go = grad_output.contiguous();
   const at::Tensor idx = indices.contiguous();
   if (self.is_cuda()) {
+    at::Tensor grad_in = at::zeros(self.sizes(), options);
     cuda::max_pool_backward_kernel(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
-  } else {
+    return in_format(self, grad_in, keep_format);
+  }
+  at::Tensor grad_in = at::empty(self.sizes(), options);
+  if (!max_pool_backward_cpu(grad_in, go, idx, s.output_plane(), s.input_plane())) {
+    // NB: a bad index raises here; an element selected more than kBlock times takes the sort-reduce
+    // engine, the general form of the same tree.
+    check_max_index_values(op_name, idx, s.input_plane());
+    grad_in.zero_();
     max_pool_backward_compute<cpu::Engine>(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
   }
   return in_format(self, grad_in, keep_format);

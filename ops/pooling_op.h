@@ -15,15 +15,22 @@
 #include <cstdint>
 
 #include "ops/contract.h"
+#include "ops/index_math.h"
 
 namespace detops {
 
 // Stock's adaptive windows (aten/src/ATen/native/AdaptivePooling.h): output o of `out` covers inputs
-// [start, end) of `in`.
-C10_HOST_DEVICE inline int64_t adaptive_start(int64_t o, int64_t out, int64_t in) {
-  return (o / out) * in + ((o % out) * in) / out;
+// [start, end) of `in`. `by_out` divides by out.
+template <typename index_t>
+C10_HOST_DEVICE inline index_t adaptive_start(index_t o, const Divider<index_t>& by_out, index_t in) {
+  index_t q, r;
+  by_out.divmod(o, q, r);
+  return q * in + by_out.div(r * in);
 }
-C10_HOST_DEVICE inline int64_t adaptive_end(int64_t o, int64_t out, int64_t in) { return 1 + ((o + 1) * in - 1) / out; }
+template <typename index_t>
+C10_HOST_DEVICE inline index_t adaptive_end(index_t o, const Divider<index_t>& by_out, index_t in) {
+  return 1 + by_out.div((o + 1) * in - 1);
+}
 
 struct PoolDims {
   int64_t isize[3];   // T, H, W of the input plane
@@ -33,104 +40,148 @@ struct PoolDims {
   int64_t pad[3];
 };
 
-template <typename scalar_t>
+// One grad_input element per call. index_t is int32_t where every size and position of the call fits (the
+// host decides), else int64_t. kBounded: the host knows no element is covered by more than kBlock
+// windows, so only BlockFold is compiled in.
+template <typename scalar_t, typename index_t, bool kBounded>
 struct AvgPoolBackwardOp {
   using acc_t = acc_type<scalar_t>;
+  using index_type = index_t;
   const scalar_t* grad_out;  // contiguous [planes, OT, OH, OW]
   scalar_t* grad_in;         // contiguous [planes, IT, IH, IW]
-  PoolDims d;
+  index_t isize[3];
+  index_t osize[3];
+  index_t kernel[3];
+  index_t stride[3];
+  index_t pad[3];
+  Divider<index_t> by_in[3];      // isize[k]
+  Divider<index_t> by_out[3];     // osize[k]
+  Divider<index_t> by_stride[3];  // stride[k]
   bool adaptive;
   bool count_include_pad;
   int64_t divisor_override;  // 0: none
 
-  // Outputs along dimension `k` that may cover input i: [lo, hi), a superset; covers() decides.
-  C10_HOST_DEVICE void candidates(int k, int64_t i, int64_t& lo, int64_t& hi) const {
-    const int64_t in = d.isize[k];
-    const int64_t out = d.osize[k];
+  // Stock's window of output o along dimension k, unclipped.
+  C10_HOST_DEVICE void window(int k, index_t o, index_t& start, index_t& end) const {
     if (adaptive) {
-      lo = adaptive_start(i, in, out) - 1;
-      hi = adaptive_end(i, in, out) + 1;
+      start = adaptive_start(o, by_out[k], isize[k]);
+      end = adaptive_end(o, by_out[k], isize[k]);
     } else {
-      const int64_t num = i + d.pad[k] - d.kernel[k] + 1;  // o * stride >= num
-      lo = num <= 0 ? 0 : (num + d.stride[k] - 1) / d.stride[k];
-      hi = (i + d.pad[k]) / d.stride[k] + 1;
-    }
-    lo = lo < 0 ? 0 : lo;
-    hi = hi > out ? out : hi;
-  }
-
-  // Stock's window of output o along dimension k, clipped to the input.
-  C10_HOST_DEVICE void window(int k, int64_t o, int64_t& start, int64_t& end) const {
-    if (adaptive) {
-      start = adaptive_start(o, d.osize[k], d.isize[k]);
-      end = adaptive_end(o, d.osize[k], d.isize[k]);
-    } else {
-      start = o * d.stride[k] - d.pad[k];
-      end = start + d.kernel[k];
+      start = o * stride[k] - pad[k];
+      end = start + kernel[k];
     }
   }
 
-  C10_HOST_DEVICE bool covers(int k, int64_t o, int64_t i) const {
-    int64_t start, end;
+  C10_HOST_DEVICE bool covers(int k, index_t o, index_t i) const {
+    index_t start, end;
     window(k, o, start, end);
     return start <= i && i < end;
   }
 
-  // Output (ot, oh, ow)'s contribution to each input it covers, computed as stock computes it:
-  // adaptive: grad / kT / kH / kW (kT = 1 for the 2-D op, an exact division); avg_pool3d:
-  // grad / divide_factor with stock's ceil_mode / count_include_pad / divisor_override rules.
-  C10_HOST_DEVICE acc_t contribution(int64_t plane, int64_t ot, int64_t oh, int64_t ow) const {
-    const acc_t g = to_acc(grad_out[((plane * d.osize[0] + ot) * d.osize[1] + oh) * d.osize[2] + ow]);
-    const int64_t o[3] = {ot, oh, ow};
+  // The outputs along dimension k whose window covers input i: [lo, hi). Windows' starts and ends both
+  // grow with o, so they are consecutive: a superset of candidates, narrowed from both sides.
+  C10_HOST_DEVICE void range(int k, index_t i, index_t& lo, index_t& hi) const {
+    const index_t out = osize[k];
+    if (adaptive) {
+      lo = adaptive_start(i, by_in[k], out) - 1;
+      hi = adaptive_end(i, by_in[k], out) + 1;
+    } else {
+      const index_t num = i + pad[k] - kernel[k] + 1;  // o * stride >= num
+      lo = num <= 0 ? index_t{0} : by_stride[k].div(num + stride[k] - 1);
+      hi = by_stride[k].div(i + pad[k]) + 1;
+    }
+    lo = lo < 0 ? index_t{0} : lo;
+    hi = hi > out ? out : hi;
+    while (lo < hi && !covers(k, lo, i)) ++lo;
+    while (hi > lo && !covers(k, hi - 1, i)) --hi;
+  }
+
+  // Output o's window along dimension k: the size stock divides by (adaptive: end - start; avg_pool3d: the
+  // window clipped to the padded input) and, for avg_pool3d, the part inside the input.
+  C10_HOST_DEVICE void window_sizes(int k, index_t o, index_t& size, index_t& inside) const {
+    index_t start, end;
+    window(k, o, start, end);
+    if (adaptive) {
+      size = end - start;
+      inside = size;
+      return;
+    }
+    end = end < isize[k] + pad[k] ? end : isize[k] + pad[k];
+    size = end - start;
+    start = start > 0 ? start : index_t{0};
+    end = end < isize[k] ? end : isize[k];
+    inside = end - start;
+  }
+
+  // An output's contribution to each input it covers, from its gradient g and its window_sizes(), computed
+  // as stock computes it: adaptive: g / kT / kH / kW (kT = 1 for the 2-D op, an exact division);
+  // avg_pool3d: g / divide_factor with stock's ceil_mode / count_include_pad / divisor_override rules.
+  C10_HOST_DEVICE acc_t scaled(acc_t g, const index_t* size, const index_t* inside) const {
     if (adaptive) {
       acc_t v = g;
-      for (int k = 0; k < 3; ++k) {
-        int64_t start, end;
-        window(k, o[k], start, end);
-        v = div_rn(v, static_cast<acc_t>(end - start));
-      }
+      DETOPS_UNROLL
+      for (int k = 0; k < 3; ++k) v = div_rn(v, static_cast<acc_t>(size[k]));
       return v;
     }
-    int64_t pool_size = 1;
-    int64_t clipped = 1;
-    for (int k = 0; k < 3; ++k) {
-      int64_t start = o[k] * d.stride[k] - d.pad[k];
-      int64_t end = start + d.kernel[k];
-      end = end < d.isize[k] + d.pad[k] ? end : d.isize[k] + d.pad[k];
-      pool_size *= end - start;
-      start = start > 0 ? start : 0;
-      end = end < d.isize[k] ? end : d.isize[k];
-      clipped *= end - start;
-    }
+    const int64_t pool_size = int64_t{size[0]} * size[1] * size[2];
+    const int64_t clipped = int64_t{inside[0]} * inside[1] * inside[2];
     const int64_t divide_factor = divisor_override != 0 ? divisor_override : count_include_pad ? pool_size : clipped;
     return div_rn(g, static_cast<acc_t>(divide_factor));
   }
 
-  // Input element `idx` (linear in [planes, IT, IH, IW]): its covering outputs in ascending output
-  // position, folded by the contract's tree.
-  C10_HOST_DEVICE void operator()(int64_t idx) const {
-    const int64_t iw = idx % d.isize[2];
-    int64_t rest = idx / d.isize[2];
-    const int64_t ih = rest % d.isize[1];
-    rest /= d.isize[1];
-    const int64_t it = rest % d.isize[0];
-    const int64_t plane = rest / d.isize[0];
-    int64_t lo[3], hi[3];
-    candidates(0, it, lo[0], hi[0]);
-    candidates(1, ih, lo[1], hi[1]);
-    candidates(2, iw, lo[2], hi[2]);
-    StreamingTree<acc_t> tree;
-    for (int64_t ot = lo[0]; ot < hi[0]; ++ot) {
-      if (!covers(0, ot, it)) continue;
-      for (int64_t oh = lo[1]; oh < hi[1]; ++oh) {
-        if (!covers(1, oh, ih)) continue;
-        for (int64_t ow = lo[2]; ow < hi[2]; ++ow) {
-          if (!covers(2, ow, iw)) continue;
-          tree.push(contribution(plane, ot, oh, ow));
-        }
+  C10_HOST_DEVICE acc_t contribution(index_t plane, index_t ot, index_t oh, index_t ow) const {
+    const acc_t g = to_acc(grad_out[((plane * osize[0] + ot) * osize[1] + oh) * osize[2] + ow]);
+    const index_t o[3] = {ot, oh, ow};
+    index_t size[3], inside[3];
+    DETOPS_UNROLL
+    for (int k = 0; k < 3; ++k) window_sizes(k, o[k], size[k], inside[k]);
+    return scaled(g, size, inside);
+  }
+
+  // The value of an element with one contribution v: one block of one, v itself.
+  C10_HOST_DEVICE static scalar_t single(acc_t v) { return round_to<scalar_t>(add_rn(acc_t(0), v)); }
+
+  // The value of an input element covered by the outputs [lo, hi) of each dimension: get(ot, oh, ow), the
+  // outputs' contributions, in ascending output position, folded by the contract's tree.
+  template <typename Get>
+  C10_HOST_DEVICE scalar_t gather(const index_t* lo, const index_t* hi, const Get& get) const {
+    const index_t total = (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]);
+    if (total == 0) return round_to<scalar_t>(acc_t(0));
+    if (total == 1) return single(get(lo[0], lo[1], lo[2]));
+    acc_t sum;
+    // NB: at most kBlock contributions are one block of the contract's tree, a plain left fold; more go
+    // through StreamingTree. Both give tree_reduce's bits for the same sequence.
+    if (kBounded || total <= kBlock) {
+      BlockFold<acc_t> fold;
+      visit(lo, hi, get, fold);
+      sum = fold.finish();
+    } else {
+      StreamingTree<acc_t> tree;
+      visit(lo, hi, get, tree);
+      sum = tree.finish();
+    }
+    return round_to<scalar_t>(add_rn(acc_t(0), sum));
+  }
+
+  template <typename Get, typename Acc>
+  C10_HOST_DEVICE void visit(const index_t* lo, const index_t* hi, const Get& get, Acc& acc) const {
+    for (index_t ot = lo[0]; ot < hi[0]; ++ot) {
+      for (index_t oh = lo[1]; oh < hi[1]; ++oh) {
+        for (index_t ow = lo[2]; ow < hi[2]; ++ow) acc.push(get(ot, oh, ow));
       }
     }
-    grad_in[idx] = tree.empty() ? round_to<scalar_t>(acc_t(0)) : round_to<scalar_t>(add_rn(acc_t(0), tree.finish()));
+  }
+
+  // Input element `idx` (linear in [planes, IT, IH, IW]).
+  C10_HOST_DEVICE void operator()(index_t idx) const {
+    index_t rest, i[3], plane;
+    by_in[2].divmod(idx, rest, i[2]);
+    by_in[1].divmod(rest, rest, i[1]);
+    by_in[0].divmod(rest, plane, i[0]);
+    index_t lo[3], hi[3];
+DETOPS_UNROLL
+    for (int k = 0; k < 3; ++k) range(k, i[k], lo[k], hi[k]);
+    grad_in[idx] = gather(lo, hi, [&](index_t ot, index_t oh, index_t ow) { return contribution(plane, ot, oh, ow); });
   }
 };
 
@@ -157,18 +208,35 @@ struct MaxPoolBackwardOp {
 }  // namespace detops
 
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <type_traits>
+#include <vector>
 
 namespace detops {
 
 // Builders over contiguous tensors; grad_in is the result, grad_out and indices its inputs.
-template <typename scalar_t>
-AvgPoolBackwardOp<scalar_t> make_avg_pool_op(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& dims,
-                                             bool adaptive, bool count_include_pad, int64_t divisor_override) {
-  AvgPoolBackwardOp<scalar_t> op;
+template <typename scalar_t, typename index_t, bool kBounded>
+AvgPoolBackwardOp<scalar_t, index_t, kBounded> make_avg_pool_op(at::Tensor& grad_in, const at::Tensor& grad_out,
+                                                                const PoolDims& dims, bool adaptive,
+                                                                bool count_include_pad, int64_t divisor_override) {
+  AvgPoolBackwardOp<scalar_t, index_t, kBounded> op;
   op.grad_out = grad_out.const_data_ptr<scalar_t>();
   op.grad_in = grad_in.data_ptr<scalar_t>();
-  op.d = dims;
+  for (int k = 0; k < 3; ++k) {
+    op.isize[k] = static_cast<index_t>(dims.isize[k]);
+    op.osize[k] = static_cast<index_t>(dims.osize[k]);
+    op.kernel[k] = static_cast<index_t>(dims.kernel[k]);
+    op.stride[k] = static_cast<index_t>(dims.stride[k]);
+    op.pad[k] = static_cast<index_t>(dims.pad[k]);
+    op.by_in[k] = Divider<index_t>(op.isize[k]);
+    op.by_out[k] = Divider<index_t>(std::max<index_t>(op.osize[k], 1));  // an empty output divides nothing
+    op.by_stride[k] = Divider<index_t>(op.stride[k]);
+  }
   op.adaptive = adaptive;
   op.count_include_pad = count_include_pad;
   op.divisor_override = divisor_override;
@@ -187,16 +255,192 @@ MaxPoolBackwardOp<scalar_t> make_max_pool_op(at::Tensor& grad_in, const at::Tens
   return op;
 }
 
-// Average pools on an engine (cpu::Engine or cuda::Engine): every element of grad_in (contiguous, the
-// input's shape) gathers its windows from grad_out (contiguous).
+// The outputs covering each input position along dimension k: lo[i], hi[i] (the op's range()).
+template <typename Op>
+void pool_axis_ranges(const Op& op, int k, std::vector<int64_t>& lo, std::vector<int64_t>& hi) {
+  const int64_t n = op.isize[k];
+  lo.resize(static_cast<size_t>(n));
+  hi.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) op.range(k, i, lo[i], hi[i]);
+}
+
+// The most windows covering one input element (a bound: the product of the per-dimension maxima).
+template <typename Op>
+int64_t pool_max_windows(const Op& op) {
+  int64_t most = 1;
+  std::vector<int64_t> lo, hi;
+  for (int k = 0; k < 3; ++k) {
+    pool_axis_ranges(op, k, lo, hi);
+    int64_t m = 0;
+    for (size_t i = 0; i < lo.size(); ++i) m = std::max(m, hi[i] - lo[i]);
+    most *= m;
+  }
+  return most;
+}
+
+// True when every position and intermediate of the call fits 32-bit index math (with room for a grid
+// stride; adaptive windows multiply a position by a size).
+inline bool pool_fits_int32(const at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& d) {
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  bool fits = grad_in.numel() < kLimit && grad_out.numel() < kLimit;
+  for (int k = 0; k < 3; ++k) {
+    fits = fits && (d.isize[k] + 1) * (d.osize[k] + 1) < kLimit &&
+           d.isize[k] + 2 * (d.pad[k] + d.kernel[k] + d.stride[k]) < kLimit;
+  }
+  return fits;
+}
+
+// Calls f(op) with the op the call needs: 32-bit index math where it fits (unless force_general), and the
+// BlockFold-only op where the host knows no element has more than kBlock windows.
+template <typename scalar_t, typename F>
+void with_avg_pool_op(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& dims, bool adaptive,
+                      bool count_include_pad, int64_t divisor_override, bool force_general, const F& f) {
+  const auto general = make_avg_pool_op<scalar_t, int64_t, false>(grad_in, grad_out, dims, adaptive, count_include_pad,
+                                                                  divisor_override);
+  if (force_general) return f(general);
+  const bool bounded = pool_max_windows(general) <= kBlock;
+  if (pool_fits_int32(grad_in, grad_out, dims)) {
+    if (bounded) {
+      return f(make_avg_pool_op<scalar_t, int32_t, true>(grad_in, grad_out, dims, adaptive, count_include_pad,
+                                                         divisor_override));
+    }
+    return f(make_avg_pool_op<scalar_t, int32_t, false>(grad_in, grad_out, dims, adaptive, count_include_pad,
+                                                        divisor_override));
+  }
+  if (bounded) {
+    return f(make_avg_pool_op<scalar_t, int64_t, true>(grad_in, grad_out, dims, adaptive, count_include_pad,
+                                                       divisor_override));
+  }
+  f(general);
+}
+
+// Average pools, one element per op call on an engine (cuda::Engine's kernels; cpu::Engine::for_each reaches
+// the same code, with force_general the 64-bit, StreamingTree-capable op): every element of grad_in
+// (contiguous, the input's shape) gathers its windows from grad_out (contiguous).
 template <typename Engine>
 void avg_pool_backward_compute(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& dims, bool adaptive,
-                               bool count_include_pad, int64_t divisor_override) {
+                               bool count_include_pad, int64_t divisor_override, bool force_general = false) {
   const int64_t n = grad_in.numel();
   if (n == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_avg_pool_backward", [&] {
-    const auto op = make_avg_pool_op<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override);
-    Engine::for_each(op, n);
+    with_avg_pool_op<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override, force_general,
+                               [&](const auto& op) { Engine::for_each(op, n); });
+  });
+}
+
+// Average pools, the CPU path: (N, C) planes in parallel. The covering outputs of each input position are
+// tabulated once per call and each output's contribution once per plane, so no element divides; each
+// element runs the op's gather(), the bits of avg_pool_backward_compute.
+template <typename scalar_t>
+void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& d, bool adaptive,
+                                  bool count_include_pad, int64_t divisor_override) {
+  using acc_t = acc_type<scalar_t>;
+  const auto op =
+      make_avg_pool_op<scalar_t, int64_t, false>(grad_in, grad_out, d, adaptive, count_include_pad, divisor_override);
+  std::vector<int64_t> lo[3], hi[3], size[3], inside[3];
+  for (int k = 0; k < 3; ++k) {
+    pool_axis_ranges(op, k, lo[k], hi[k]);
+    size[k].resize(static_cast<size_t>(d.osize[k]));
+    inside[k].resize(static_cast<size_t>(d.osize[k]));
+    for (int64_t o = 0; o < d.osize[k]; ++o) op.window_sizes(k, o, size[k][o], inside[k][o]);
+  }
+  const int64_t iplane = d.isize[0] * d.isize[1] * d.isize[2];
+  const int64_t oplane = d.osize[0] * d.osize[1] * d.osize[2];
+  int64_t singles = 1;  // input positions of a plane covered by exactly one output
+  for (int k = 0; k < 3; ++k) {
+    int64_t n = 0;
+    for (size_t i = 0; i < lo[k].size(); ++i) n += hi[k][i] - lo[k][i] == 1;
+    singles *= n;
+  }
+  // Many planes, mostly single (pooling heads): per input position of a plane, the one output covering it (0 if none
+  // or several), and the others with the runs gather() walks. Else per row, the W positions covered by
+  // other than one.
+  const int64_t planes = grad_in.numel() / iplane;
+  const bool by_table = planes >= 8 && 4 * singles >= 3 * iplane;
+  std::vector<int64_t> only(by_table ? static_cast<size_t>(iplane) : 0);
+  struct Multi {
+    int64_t at, lo[3], hi[3];
+  };
+  std::vector<Multi> multi;
+  std::vector<int64_t> w_first(static_cast<size_t>(d.isize[2])), w_multi;
+  for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
+    const bool one = hi[2][iw] - lo[2][iw] == 1;
+    w_first[iw] = one ? lo[2][iw] : 0;
+    if (!one) w_multi.push_back(iw);
+  }
+  if (by_table) {
+    int64_t e = 0;
+    for (int64_t it = 0; it < d.isize[0]; ++it) {
+      for (int64_t ih = 0; ih < d.isize[1]; ++ih, e += d.isize[2]) {
+        const int64_t l[3] = {lo[0][it], lo[1][ih], 0};
+        const int64_t h[3] = {hi[0][it], hi[1][ih], 0};
+        const bool one_row = h[0] - l[0] == 1 && h[1] - l[1] == 1;
+        const int64_t base = (l[0] * d.osize[1] + l[1]) * d.osize[2];
+        for (int64_t iw = 0; iw < d.isize[2]; ++iw) only[e + iw] = one_row ? base + w_first[iw] : 0;
+        for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
+          if (one_row && hi[2][iw] - lo[2][iw] == 1) continue;
+          multi.push_back(Multi{e + iw, {l[0], l[1], lo[2][iw]}, {h[0], h[1], hi[2][iw]}});
+        }
+      }
+    }
+  }
+  const int64_t grain = std::max<int64_t>(1, 32768 / (iplane + oplane));
+  at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> c(static_cast<size_t>(oplane));
+    for (int64_t p = begin; p < end; ++p) {
+      const scalar_t* g = op.grad_out + p * oplane;
+      acc_t* cp = c.data();
+      for (int64_t ot = 0; ot < d.osize[0]; ++ot) {
+        for (int64_t oh = 0; oh < d.osize[1]; ++oh) {
+          for (int64_t ow = 0; ow < d.osize[2]; ++ow) {
+            const int64_t s[3] = {size[0][ot], size[1][oh], size[2][ow]};
+            const int64_t in[3] = {inside[0][ot], inside[1][oh], inside[2][ow]};
+            *cp++ = op.scaled(to_acc(*g++), s, in);
+          }
+        }
+      }
+      const acc_t* cc = c.data();
+      const auto get = [cc, &d](int64_t ot, int64_t oh, int64_t ow) {
+        return cc[(ot * d.osize[1] + oh) * d.osize[2] + ow];
+      };
+      scalar_t* out = op.grad_in + p * iplane;
+      if (by_table) {
+        // gather()'s one contribution for every position, then the others overwritten.
+        for (int64_t i = 0; i < iplane; ++i) out[i] = op.single(cc[only[i]]);
+        for (const Multi& m : multi) out[m.at] = op.gather(m.lo, m.hi, get);
+        continue;
+      }
+      for (int64_t it = 0; it < d.isize[0]; ++it) {
+        for (int64_t ih = 0; ih < d.isize[1]; ++ih, out += d.isize[2]) {
+          const int64_t l[3] = {lo[0][it], lo[1][ih], 0};
+          const int64_t h[3] = {hi[0][it], hi[1][ih], 0};
+          if (h[0] - l[0] == 1 && h[1] - l[1] == 1) {
+            // One output along T and H: as above, along the row.
+            const acc_t* crow = cc + (l[0] * d.osize[1] + l[1]) * d.osize[2];
+            for (int64_t iw = 0; iw < d.isize[2]; ++iw) out[iw] = op.single(crow[w_first[iw]]);
+            for (const int64_t iw : w_multi) {
+              const int64_t l3[3] = {l[0], l[1], lo[2][iw]};
+              const int64_t h3[3] = {h[0], h[1], hi[2][iw]};
+              out[iw] = op.gather(l3, h3, get);
+            }
+          } else {
+            for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
+              const int64_t l3[3] = {l[0], l[1], lo[2][iw]};
+              const int64_t h3[3] = {h[0], h[1], hi[2][iw]};
+              out[iw] = op.gather(l3, h3, get);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+inline void avg_pool_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& dims,
+                                  bool adaptive, bool count_include_pad, int64_t divisor_override) {
+  if (grad_in.numel() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_avg_pool_backward", [&] {
+    avg_pool_backward_planes_cpu<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override);
   });
 }
 
@@ -209,6 +453,73 @@ void max_pool_backward_compute(const char* name, at::Tensor& grad_in, const at::
     const auto op = make_max_pool_op<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
     Engine::template sort_reduce<acc_type<scalar_t>>(name, op, grad_out.numel(), grad_in.numel(), 1, grad_in);
   });
+}
+
+// Max pools, the CPU path: (N, C) planes in parallel. A plane's outputs, in ascending position, send their
+// gradient to the input element their index selects, which folds what it receives with BlockFold: one
+// block of the contract's tree, the bits of the sort-reduce engine for up to kBlock contributions. Returns
+// false, leaving grad_in partly written, where some element is selected more than kBlock times (a deeper
+// tree: the caller takes the sort-reduce engine) or some index lies outside [0, input_plane).
+template <typename scalar_t>
+bool max_pool_backward_scatter_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const at::Tensor& indices,
+                                   int64_t output_plane, int64_t input_plane) {
+  using acc_t = acc_type<scalar_t>;
+  const scalar_t* go = grad_out.const_data_ptr<scalar_t>();
+  const int64_t* ind = indices.const_data_ptr<int64_t>();
+  scalar_t* gi = grad_in.data_ptr<scalar_t>();
+  const int64_t planes = grad_in.numel() / input_plane;
+  const int64_t grain = std::max<int64_t>(1, 32768 / (input_plane + output_plane));
+  std::atomic<bool> ok{true};
+  at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+    // The running sums: in grad_in itself where it holds acc_t (float, double).
+    constexpr bool kInPlace = std::is_same_v<acc_t, scalar_t>;
+    std::unique_ptr<acc_t[]> buffer(kInPlace ? nullptr : new acc_t[static_cast<size_t>(input_plane)]);
+    std::vector<uint8_t> count(static_cast<size_t>(input_plane), uint8_t{0});  // zero again after each plane
+    std::vector<int64_t> touched;
+    touched.reserve(static_cast<size_t>(std::min(input_plane, output_plane)));
+    for (int64_t p = begin; p < end && ok.load(std::memory_order_relaxed); ++p) {
+      const scalar_t* g = go + p * output_plane;
+      const int64_t* idx = ind + p * output_plane;
+      scalar_t* out = gi + p * input_plane;
+      acc_t* sum;
+      if constexpr (kInPlace) {
+        sum = out;
+      } else {
+        sum = buffer.get();
+      }
+      std::fill(out, out + input_plane, round_to<scalar_t>(acc_t(0)));  // the elements nobody selects
+      touched.clear();
+      for (int64_t i = 0; i < output_plane; ++i) {
+        const int64_t k = idx[i];
+        if (static_cast<uint64_t>(k) >= static_cast<uint64_t>(input_plane) || count[k] == kBlock) {
+          ok.store(false, std::memory_order_relaxed);
+          return;
+        }
+        const acc_t v = to_acc(g[i]);
+        if (count[k] == 0) {
+          sum[k] = v;
+          touched.push_back(k);
+        } else {
+          sum[k] = add_rn(sum[k], v);
+        }
+        ++count[k];
+      }
+      for (const int64_t k : touched) {
+        out[k] = round_to<scalar_t>(add_rn(acc_t(0), sum[k]));
+        count[k] = 0;
+      }
+    }
+  });
+  return ok.load();
+}
+
+inline bool max_pool_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const at::Tensor& indices,
+                                  int64_t output_plane, int64_t input_plane) {
+  bool done = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward", [&] {
+    done = max_pool_backward_scatter_cpu<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
+  });
+  return done;
 }
 
 namespace cuda {

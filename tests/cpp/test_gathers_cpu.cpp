@@ -1,0 +1,164 @@
+// The CPU paths of the padding and pooling backwards (row and plane loops over host tables, the max pools'
+// block scatter) against the per-element ops the CUDA kernels run, reached here through cpu::Engine: both
+// the op the host picks (32-bit index math, BlockFold only where every element has at most kBlock
+// contributions) and the general one (64-bit, StreamingTree). Same bits everywhere.
+#include "ops/padding.h"
+#include "ops/padding_op.h"
+#include "ops/pooling.h"
+#include "ops/pooling_op.h"
+#include "ops/sort_reduce_cpu.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace {
+
+const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
+
+void expect_same_bits(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  const at::Tensor a = got.contiguous();
+  const at::Tensor b = want.contiguous();
+  EXPECT_EQ(std::memcmp(a.const_data_ptr(), b.const_data_ptr(), a.nbytes()), 0) << what;
+}
+
+struct PadCase {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> padding;
+  bool reflect;
+};
+
+TEST(GathersCpu, PaddingRowsMatchPerElementOps) {
+  const std::vector<PadCase> cases = {
+      {{2, 3, 40}, {5, 7}, true},
+      {{2, 3, 40}, {-3, 4}, true},
+      {{2, 3, 9, 11}, {2, 3, 4, 1}, true},
+      {{1, 2, 5, 6, 7}, {1, 2, 3, 4, 2, 1}, true},
+      {{2, 3, 40}, {40, 3}, false},                      // a border of 41 contributions
+      {{1, 2, 8, 8}, {8, 8, 8, 8}, false},               // corners of 81
+      {{1, 2, 4, 5, 6}, {1, 2, -1, 3, 2, 1}, false},
+      {{3, 1, 1}, {2, 5}, false},
+      {{2, 2, 12}, {0, 0}, true},
+      {{2, 2, 12}, {-5, -6}, true},
+      {{2, 2, 12}, {3, -2}, true},
+      {{2, 3, 7, 12}, {1, 1, -2, -2}, true},             // rows cropped away along H
+      {{1, 2, 3, 4, 5}, {-1, 4, 2, -1, 0, 2}, true},
+      {{2, 2, 12}, {-2, -3}, false},
+      {{1, 2, 6, 7}, {0, 0, 3, 5}, false},
+      {{1, 2, 5, 6, 7}, {2, 2, 2, 2, 2, 2}, false},      // border rows read 3 x 3 grad_output rows
+  };
+  at::manual_seed(0);
+  for (const auto& c : cases) {
+    const int n = static_cast<int>(c.padding.size() / 2);
+    std::vector<int64_t> out_shape = c.shape;
+    for (int a = 0; a < n; ++a) out_shape[out_shape.size() - 1 - a] += c.padding[2 * a] + c.padding[2 * a + 1];
+    detops::PadDims d{};
+    for (int k = 0; k < 3; ++k) {
+      d.isize[k] = 1;
+      d.osize[k] = 1;
+      d.before[k] = 0;
+    }
+    for (int a = 0; a < n; ++a) {
+      d.isize[2 - a] = c.shape[c.shape.size() - 1 - a];
+      d.osize[2 - a] = out_shape[out_shape.size() - 1 - a];
+      d.before[2 - a] = c.padding[2 * a];
+    }
+    for (const auto dtype : kDtypes) {
+      const at::Tensor self = at::randn(c.shape).to(dtype);
+      const at::Tensor grad_out = at::randn(out_shape).to(dtype);
+      at::Tensor rows = at::empty_like(self);
+      detops::pad_backward_cpu(rows, grad_out, d, c.reflect);
+      at::Tensor picked = at::empty_like(self);
+      detops::pad_backward_compute<detops::cpu::Engine>(picked, grad_out, d, c.reflect);
+      at::Tensor general = at::empty_like(self);
+      detops::pad_backward_compute<detops::cpu::Engine>(general, grad_out, d, c.reflect, /*force_general=*/true);
+      const std::string what = std::string(c.reflect ? "reflect " : "replicate ") + c10::toString(dtype) + " " +
+                               c10::str(c.shape) + " " + c10::str(c.padding);
+      expect_same_bits(rows, general, what);
+      expect_same_bits(picked, general, what);
+    }
+  }
+}
+
+struct AvgCase {
+  std::vector<int64_t> isize;  // T, H, W
+  std::vector<int64_t> osize;
+  bool adaptive;
+  std::vector<int64_t> kernel, stride, pad;
+  bool count_include_pad;
+  int64_t divisor_override;
+};
+
+TEST(GathersCpu, AveragePoolPlanesMatchPerElementOps) {
+  const std::vector<AvgCase> cases = {
+      {{1, 7, 7}, {1, 1, 1}, true, {}, {}, {}, false, 0},
+      {{4, 7, 7}, {1, 1, 1}, true, {}, {}, {}, false, 0},
+      {{8, 14, 14}, {5, 9, 9}, true, {}, {}, {}, false, 0},
+      {{1, 5, 3}, {1, 9, 11}, true, {}, {}, {}, false, 0},
+      {{1, 1, 2}, {1, 3, 40}, true, {}, {}, {}, false, 0},  // 40 windows per element
+      {{8, 16, 16}, {4, 8, 8}, false, {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, true, 0},
+      {{5, 7, 9}, {3, 4, 5}, false, {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, false, 0},
+      {{5, 7, 9}, {5, 7, 9}, false, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, false, -3},  // 27 windows
+      {{6, 6, 6}, {3, 3, 3}, false, {4, 4, 4}, {1, 1, 1}, {0, 0, 0}, true, 0},    // 27
+      {{9, 9, 9}, {6, 6, 6}, false, {4, 4, 4}, {1, 1, 1}, {0, 0, 0}, true, 0},    // 64 windows
+      {{3, 9, 9}, {3, 3, 3}, false, {1, 2, 2}, {1, 3, 3}, {0, 0, 0}, true, 0},    // uncovered inputs
+      {{2, 5, 5}, {1, 0, 3}, true, {}, {}, {}, false, 0},                          // empty output
+  };
+  at::manual_seed(1);
+  for (const auto& c : cases) {
+    detops::PoolDims d{};
+    for (int k = 0; k < 3; ++k) {
+      d.isize[k] = c.isize[k];
+      d.osize[k] = c.osize[k];
+      d.kernel[k] = c.adaptive ? 1 : c.kernel[k];
+      d.stride[k] = c.adaptive ? 1 : c.stride[k];
+      d.pad[k] = c.adaptive ? 0 : c.pad[k];
+    }
+    for (const auto dtype : kDtypes) {
+      for (const int64_t batch : {1, 4}) {  // 3 planes: per row; 12: per position where most have one window
+        const at::Tensor self = at::randn({batch, 3, c.isize[0], c.isize[1], c.isize[2]}).to(dtype);
+        const at::Tensor grad_out = at::randn({batch, 3, c.osize[0], c.osize[1], c.osize[2]}).to(dtype);
+        at::Tensor planes = at::empty_like(self);
+        detops::avg_pool_backward_cpu(planes, grad_out, d, c.adaptive, c.count_include_pad, c.divisor_override);
+        at::Tensor picked = at::empty_like(self);
+        detops::avg_pool_backward_compute<detops::cpu::Engine>(picked, grad_out, d, c.adaptive, c.count_include_pad,
+                                                               c.divisor_override);
+        at::Tensor general = at::empty_like(self);
+        detops::avg_pool_backward_compute<detops::cpu::Engine>(general, grad_out, d, c.adaptive, c.count_include_pad,
+                                                               c.divisor_override, /*force_general=*/true);
+        const std::string what = std::string(c.adaptive ? "adaptive " : "avg ") + c10::toString(dtype) + " " +
+                                 c10::str(c.isize) + " -> " + c10::str(c.osize);
+        expect_same_bits(planes, general, what);
+        expect_same_bits(picked, general, what);
+      }
+    }
+  }
+}
+
+TEST(GathersCpu, MaxPoolScatterMatchesSortReduceEngine) {
+  at::manual_seed(2);
+  const int64_t planes = 6, input_plane = 50, output_plane = 70;
+  for (const auto dtype : kDtypes) {
+    for (const int64_t range : {int64_t{50}, int64_t{2}}) {  // 2: some element selected more than kBlock times
+      const at::Tensor grad_out = at::randn({planes, output_plane}).to(dtype);
+      const at::Tensor indices = at::randint(0, range, {planes, output_plane}, at::kLong);
+      at::Tensor scatter = at::empty({planes, input_plane}, grad_out.options());
+      const bool done = detops::max_pool_backward_cpu(scatter, grad_out, indices, output_plane, input_plane);
+      EXPECT_EQ(done, range == 50);
+      at::Tensor engine = at::zeros({planes, input_plane}, grad_out.options());
+      detops::max_pool_backward_compute<detops::cpu::Engine>("test", engine, grad_out, indices, output_plane,
+                                                             input_plane);
+      if (done) expect_same_bits(scatter, engine, c10::toString(dtype));
+      // The front end takes the engine where the scatter gives up.
+      const at::Tensor self = at::randn({planes, 5, 10}).to(dtype);
+      const at::Tensor twin = detops::adaptive_max_pool2d_backward(grad_out.view({planes, 7, 10}), self,
+                                                                   indices.view({planes, 7, 10}));
+      expect_same_bits(twin.view({planes, input_plane}), engine, c10::toString(dtype));
+    }
+  }
+}
+
+}  // namespace
