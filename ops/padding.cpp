@@ -7,6 +7,7 @@
 #include "ops/padding_op.h"
 #include "ops/sort_reduce_cpu.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/reflection_pad1d_backward_cpu_dispatch.h>
 #include <ATen/ops/reflection_pad1d_backward_cuda_dispatch.h>
@@ -109,13 +110,21 @@ PadDims check_pad_backward(const PadOp& op, const at::Tensor& grad_output, const
 
 // The engines' computation, in the memory format stock's CPU kernels return (self's suggested format:
 // channels-last stays channels-last; the bits do not depend on it).
+// The .grad_input overloads pass `into`, their grad_input: computed straight into it where it can take the
+// result as it is (self's dtype, device and sizes, contiguous, sharing no memory with grad_output),
+// otherwise into a new tensor that copy_to_out copies over.
 at::Tensor pad_backward(const PadOp& op, const at::Tensor& grad_output, const at::Tensor& self,
-                        at::IntArrayRef padding) {
+                        at::IntArrayRef padding, at::Tensor* into = nullptr) {
   const PadDims d = check_pad_backward(op, grad_output, self, padding);
   if (!engine_dtype(self.scalar_type())) {
     return self.is_cuda() ? op.stock_cuda(grad_output, self, padding) : op.stock_cpu(grad_output, self, padding);
   }
-  at::Tensor grad_in = at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
+  const bool direct = into != nullptr && into->defined() && into->scalar_type() == self.scalar_type() &&
+                      into->device() == self.device() && into->sizes() == self.sizes() && into->is_contiguous() &&
+                      at::get_overlap_status(*into, grad_output) == at::MemOverlapStatus::No &&
+                      at::get_overlap_status(*into, self) == at::MemOverlapStatus::No;
+  at::Tensor grad_in =
+      direct ? *into : at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
   const auto fmt = self.suggest_memory_format();
   if (grad_in.numel() == 0) return grad_in.contiguous(fmt);
   const at::Tensor go = grad_output.contiguous();
@@ -134,7 +143,8 @@ at::Tensor& pad_backward_out(const PadOp& op, const at::Tensor& grad_output, con
     return self.is_cuda() ? op.stock_cuda_out(grad_output, self, padding, grad_input)
                           : op.stock_cpu_out(grad_output, self, padding, grad_input);
   }
-  return copy_to_out(op.name, "grad_input", self, pad_backward(op, grad_output, self, padding), grad_input);
+  return copy_to_out(op.name, "grad_input", self, pad_backward(op, grad_output, self, padding, &grad_input),
+                     grad_input);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "ops/sort_reduce_cpu.h"
 
 #include <ATen/native/Pool.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
@@ -79,9 +80,26 @@ at::Tensor in_format(const at::Tensor& self, const at::Tensor& grad_in, bool kee
   return fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);
 }
 
+// The .grad_input overloads compute straight into grad_input where it can take the result as it is:
+// self's dtype, device and sizes, contiguous, sharing no memory with an input. Otherwise into a new
+// tensor, copied over by write_out (which also raises the errors for a bad grad_input).
+bool can_take(const at::Tensor* into, const at::Tensor& self, std::initializer_list<at::Tensor> inputs) {
+  if (into == nullptr || !into->defined() || into->scalar_type() != self.scalar_type() ||
+      into->device() != self.device() || into->sizes() != self.sizes() || !into->is_contiguous()) {
+    return false;
+  }
+  for (const at::Tensor& t : inputs) {
+    if (at::get_overlap_status(*into, t) != at::MemOverlapStatus::No) return false;
+  }
+  return true;
+}
+
 at::Tensor avg_backward(const at::Tensor& grad_output, const at::Tensor& self, const PoolShape& s, bool adaptive,
-                        bool count_include_pad, int64_t divisor_override, bool keep_format) {
-  at::Tensor grad_in = at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
+                        bool count_include_pad, int64_t divisor_override, bool keep_format,
+                        at::Tensor* into = nullptr) {
+  at::Tensor grad_in = can_take(into, self, {grad_output, self})
+                           ? *into
+                           : at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
   if (grad_in.numel() == 0) return in_format(self, grad_in, keep_format);
   const at::Tensor go = grad_output.contiguous();
   if (self.is_cuda()) {
@@ -93,7 +111,7 @@ at::Tensor avg_backward(const at::Tensor& grad_output, const at::Tensor& self, c
 }
 
 at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, const at::Tensor& self,
-                        const at::Tensor& indices, const PoolShape& s, bool keep_format) {
+                        const at::Tensor& indices, const PoolShape& s, bool keep_format, at::Tensor* into = nullptr) {
   check_max_indices(op_name, self, grad_output, indices);
   const bool empty = self.numel() == 0 || grad_output.numel() == 0;
   if (self.is_cuda() || empty) check_max_index_values(op_name, indices, s.input_plane());
@@ -106,7 +124,10 @@ at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, cons
     cuda::max_pool_backward_kernel(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
     return in_format(self, grad_in, keep_format);
   }
-  at::Tensor grad_in = at::empty(self.sizes(), options);
+  const bool direct = can_take(into, self, {grad_output, self, indices});
+  // NB: straight into grad_input, bad indices must raise before anything is written.
+  if (direct) check_max_index_values(op_name, idx, s.input_plane());
+  at::Tensor grad_in = direct ? *into : at::empty(self.sizes(), options);
   if (!max_pool_backward_cpu(grad_in, go, idx, s.output_plane(), s.input_plane())) {
     // NB: a bad index raises here; an element selected more than kBlock times takes the sort-reduce
     // engine, the general form of the same tree.
@@ -208,23 +229,36 @@ at::Tensor adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const at:
   return avg_backward(grad_output, self, s, /*adaptive=*/true, false, 0, /*keep_format=*/true);
 }
 
-at::Tensor adaptive_avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+static at::Tensor adaptive_avg_pool3d_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
+                                                    at::Tensor* into) {
   const PoolShape s = check_pool_backward("adaptive_avg_pool3d_backward", grad_output, self, 3);
-  return avg_backward(grad_output, self, s, /*adaptive=*/true, false, 0, /*keep_format=*/false);
+  return avg_backward(grad_output, self, s, /*adaptive=*/true, false, 0, /*keep_format=*/false, into);
+}
+
+at::Tensor adaptive_avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  return adaptive_avg_pool3d_backward_into(grad_output, self, nullptr);
 }
 
 at::Tensor& adaptive_avg_pool3d_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
                                              at::Tensor& grad_input) {
-  return write_out("adaptive_avg_pool3d_backward", self, detops::adaptive_avg_pool3d_backward(grad_output, self),
-                   grad_input);
+  return write_out("adaptive_avg_pool3d_backward", self,
+                   adaptive_avg_pool3d_backward_into(grad_output, self, &grad_input), grad_input);
+}
+
+static at::Tensor avg_pool3d_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
+                                           at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                           bool ceil_mode, bool count_include_pad,
+                                           std::optional<int64_t> divisor_override, at::Tensor* into) {
+  const PoolShape s = check_avg_pool3d(grad_output, self, kernel_size, stride, padding, ceil_mode, divisor_override);
+  return avg_backward(grad_output, self, s, /*adaptive=*/false, count_include_pad, divisor_override.value_or(0),
+                      /*keep_format=*/false, into);
 }
 
 at::Tensor avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self, at::IntArrayRef kernel_size,
                                at::IntArrayRef stride, at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
                                std::optional<int64_t> divisor_override) {
-  const PoolShape s = check_avg_pool3d(grad_output, self, kernel_size, stride, padding, ceil_mode, divisor_override);
-  return avg_backward(grad_output, self, s, /*adaptive=*/false, count_include_pad, divisor_override.value_or(0),
-                      /*keep_format=*/false);
+  return avg_pool3d_backward_into(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                  divisor_override, nullptr);
 }
 
 at::Tensor& avg_pool3d_backward_out(const at::Tensor& grad_output, const at::Tensor& self, at::IntArrayRef kernel_size,
@@ -232,75 +266,109 @@ at::Tensor& avg_pool3d_backward_out(const at::Tensor& grad_output, const at::Ten
                                     bool count_include_pad, std::optional<int64_t> divisor_override,
                                     at::Tensor& grad_input) {
   return write_out(kAvg3d, self,
-                   detops::avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
-                                               count_include_pad, divisor_override),
+                   avg_pool3d_backward_into(grad_output, self, kernel_size, stride, padding, ceil_mode,
+                                            count_include_pad, divisor_override, &grad_input),
                    grad_input);
+}
+
+static at::Tensor adaptive_max_pool2d_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
+                                                    const at::Tensor& indices, at::Tensor* into) {
+  constexpr const char* op = "adaptive_max_pool2d_backward";
+  return max_backward(op, grad_output, self, indices, check_pool_backward(op, grad_output, self, 2),
+                      /*keep_format=*/true, into);
 }
 
 at::Tensor adaptive_max_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                         const at::Tensor& indices) {
-  constexpr const char* op = "adaptive_max_pool2d_backward";
-  return max_backward(op, grad_output, self, indices, check_pool_backward(op, grad_output, self, 2),
-                      /*keep_format=*/true);
+  return adaptive_max_pool2d_backward_into(grad_output, self, indices, nullptr);
 }
 
 at::Tensor& adaptive_max_pool2d_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
                                              const at::Tensor& indices, at::Tensor& grad_input) {
   return write_out("adaptive_max_pool2d_backward", self,
-                   detops::adaptive_max_pool2d_backward(grad_output, self, indices), grad_input);
+                   adaptive_max_pool2d_backward_into(grad_output, self, indices, &grad_input), grad_input);
+}
+
+static at::Tensor adaptive_max_pool3d_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
+                                                    const at::Tensor& indices, at::Tensor* into) {
+  constexpr const char* op = "adaptive_max_pool3d_backward";
+  return max_backward(op, grad_output, self, indices, check_pool_backward(op, grad_output, self, 3),
+                      /*keep_format=*/false, into);
 }
 
 at::Tensor adaptive_max_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                         const at::Tensor& indices) {
-  constexpr const char* op = "adaptive_max_pool3d_backward";
-  return max_backward(op, grad_output, self, indices, check_pool_backward(op, grad_output, self, 3),
-                      /*keep_format=*/false);
+  return adaptive_max_pool3d_backward_into(grad_output, self, indices, nullptr);
 }
 
 at::Tensor& adaptive_max_pool3d_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
                                              const at::Tensor& indices, at::Tensor& grad_input) {
   return write_out("adaptive_max_pool3d_backward", self,
-                   detops::adaptive_max_pool3d_backward(grad_output, self, indices), grad_input);
+                   adaptive_max_pool3d_backward_into(grad_output, self, indices, &grad_input), grad_input);
+}
+
+static at::Tensor fractional_max_pool2d_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
+                                                      at::IntArrayRef kernel_size, at::IntArrayRef output_size,
+                                                      const at::Tensor& indices, at::Tensor* into) {
+  constexpr const char* op = "fractional_max_pool2d_backward";
+  return max_backward(op, grad_output, self, indices,
+                      check_fractional(op, grad_output, self, 2, kernel_size, output_size), /*keep_format=*/false,
+                      into);
 }
 
 at::Tensor fractional_max_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                           at::IntArrayRef kernel_size, at::IntArrayRef output_size,
                                           const at::Tensor& indices) {
-  constexpr const char* op = "fractional_max_pool2d_backward";
-  return max_backward(op, grad_output, self, indices,
-                      check_fractional(op, grad_output, self, 2, kernel_size, output_size), /*keep_format=*/false);
+  return fractional_max_pool2d_backward_into(grad_output, self, kernel_size, output_size, indices, nullptr);
 }
 
 at::Tensor& fractional_max_pool2d_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
                                                at::IntArrayRef kernel_size, at::IntArrayRef output_size,
                                                const at::Tensor& indices, at::Tensor& grad_input) {
-  return write_out("fractional_max_pool2d_backward", self,
-                   detops::fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices),
-                   grad_input);
+  return write_out(
+      "fractional_max_pool2d_backward", self,
+      fractional_max_pool2d_backward_into(grad_output, self, kernel_size, output_size, indices, &grad_input),
+      grad_input);
+}
+
+static at::Tensor fractional_max_pool3d_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
+                                                      at::IntArrayRef kernel_size, at::IntArrayRef output_size,
+                                                      const at::Tensor& indices, at::Tensor* into) {
+  constexpr const char* op = "fractional_max_pool3d_backward";
+  return max_backward(op, grad_output, self, indices,
+                      check_fractional(op, grad_output, self, 3, kernel_size, output_size), /*keep_format=*/false,
+                      into);
 }
 
 at::Tensor fractional_max_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                           at::IntArrayRef kernel_size, at::IntArrayRef output_size,
                                           const at::Tensor& indices) {
-  constexpr const char* op = "fractional_max_pool3d_backward";
-  return max_backward(op, grad_output, self, indices,
-                      check_fractional(op, grad_output, self, 3, kernel_size, output_size), /*keep_format=*/false);
+  return fractional_max_pool3d_backward_into(grad_output, self, kernel_size, output_size, indices, nullptr);
 }
 
 at::Tensor& fractional_max_pool3d_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
                                                at::IntArrayRef kernel_size, at::IntArrayRef output_size,
                                                const at::Tensor& indices, at::Tensor& grad_input) {
-  return write_out("fractional_max_pool3d_backward", self,
-                   detops::fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices),
-                   grad_input);
+  return write_out(
+      "fractional_max_pool3d_backward", self,
+      fractional_max_pool3d_backward_into(grad_output, self, kernel_size, output_size, indices, &grad_input),
+      grad_input);
+}
+
+static at::Tensor max_pool3d_with_indices_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
+                                                        at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                                        at::IntArrayRef padding, at::IntArrayRef dilation,
+                                                        bool ceil_mode, const at::Tensor& indices, at::Tensor* into) {
+  const PoolShape s = check_max_pool3d(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices);
+  return max_backward(kMax3d, grad_output, self, indices, s, /*keep_format=*/true, into);
 }
 
 at::Tensor max_pool3d_with_indices_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                             at::IntArrayRef kernel_size, at::IntArrayRef stride,
                                             at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode,
                                             const at::Tensor& indices) {
-  const PoolShape s = check_max_pool3d(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices);
-  return max_backward(kMax3d, grad_output, self, indices, s, /*keep_format=*/true);
+  return max_pool3d_with_indices_backward_into(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
+                                               indices, nullptr);
 }
 
 at::Tensor& max_pool3d_with_indices_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
@@ -308,8 +376,8 @@ at::Tensor& max_pool3d_with_indices_backward_out(const at::Tensor& grad_output, 
                                                  at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode,
                                                  const at::Tensor& indices, at::Tensor& grad_input) {
   return write_out(kMax3d, self,
-                   detops::max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
-                                                            ceil_mode, indices),
+                   max_pool3d_with_indices_backward_into(grad_output, self, kernel_size, stride, padding, dilation,
+                                                         ceil_mode, indices, &grad_input),
                    grad_input);
 }
 

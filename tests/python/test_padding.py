@@ -247,6 +247,22 @@ def test_grad_input_overload(name, kind, shape, padding):
 
 
 @pytest.mark.parametrize("name,kind,shape,padding", CASES, ids=CASE_IDS)
+def test_grad_input_computed_in_place_or_aside_same_bits(name, kind, shape, padding):
+    x, grad = make(kind, shape, padding)
+    n = len(padding) // 2
+    want = twin(kind, n)(grad, x, padding)
+    # Contiguous and of self's size: written in place.
+    buf = torch.full(x.shape, 7.0)
+    assert twin(kind, n).grad_input(grad, x, padding, grad_input=buf).data_ptr() == buf.data_ptr()
+    assert_bitwise_equal(buf, want, name)
+    # Over grad_output's memory: computed aside from the unchanged grad_output, then copied.
+    store = torch.empty(max(grad.numel(), x.numel()))
+    g = store[:grad.numel()].view(grad.shape).copy_(grad)
+    twin(kind, n).grad_input(g, x, padding, grad_input=store[:x.numel()].view(x.shape))
+    assert_bitwise_equal(store[:x.numel()].view(x.shape), want, name)
+
+
+@pytest.mark.parametrize("name,kind,shape,padding", CASES, ids=CASE_IDS)
 def test_non_contiguous_grad_output_and_self(name, kind, shape, padding):
     x, grad = make(kind, shape, padding)
     op = twin(kind, len(padding) // 2)

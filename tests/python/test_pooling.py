@@ -215,6 +215,34 @@ def test_grad_input_overload(name, shape, forward):
 
 
 @pytest.mark.parametrize("name,shape,forward", CASES, ids=CASE_IDS)
+def test_grad_input_computed_in_place_or_aside_same_bits(name, shape, forward):
+    x, out, grad, stock = run_stock(shape, forward, torch.float32)
+    if type(out.grad_fn).__name__ == "AdaptiveAvgPool2DBackward0":
+        pytest.skip("aten has no _adaptive_avg_pool2d_backward.grad_input")
+    want = twin_backward(out, grad)
+    # Contiguous and of self's size: written in place.
+    buf = torch.full(x.shape, 7.0)
+    assert twin_backward(out, grad, grad_input=buf).data_ptr() == buf.data_ptr()
+    assert_bitwise_equal(buf, want, name)
+    # Over grad_output's memory: computed aside from the unchanged grad_output, then copied.
+    store = torch.empty(max(grad.numel(), x.numel()))
+    g = store[:grad.numel()].view(grad.shape).copy_(grad)
+    twin_backward(out, g, grad_input=store[:x.numel()].view(x.shape))
+    assert_bitwise_equal(store[:x.numel()].view(x.shape), want, name)
+
+
+def test_max_pool_bad_index_leaves_a_direct_grad_input_untouched():
+    x = torch.randn(1, 2, 6, 6, requires_grad=True)
+    out, indices = torch.ops.aten.adaptive_max_pool2d(x.detach(), [3, 3])
+    bad = indices.clone()
+    bad[0, 1, 2, 2] = 36
+    buf = torch.full(x.shape, 7.0)
+    with pytest.raises(RuntimeError, match=r"adaptive_max_pool2d_backward\(\): index 36"):
+        ops.adaptive_max_pool2d_backward.grad_input(torch.randn(out.shape), x.detach(), bad, grad_input=buf)
+    assert bool((buf == 7.0).all())
+
+
+@pytest.mark.parametrize("name,shape,forward", CASES, ids=CASE_IDS)
 def test_bitwise_across_reruns_and_threads(name, shape, forward):
     x, out, grad, _ = run_stock([s * 2 if i >= len(shape) - 2 else s for i, s in enumerate(shape)], forward,
                                 torch.float32)
