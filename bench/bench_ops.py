@@ -45,6 +45,7 @@ except ImportError:
 import torch
 
 from detops import cases as C
+from detops.plan import case_plan
 from detops.report import format_markdown, summarize
 
 CUDA_VARIANTS = {  # name: (deterministic flag, detops mode)
@@ -131,6 +132,15 @@ def _entry(device: str, case: C.Case, variant: str, time_us: float, reps: int, b
     }
 
 
+def _plan_fields(case: C.Case, full: bool) -> dict:
+    """The CUDA engine's plan for the case's shape (detops.plan, counted on the CPU in plan-only mode)."""
+    try:
+        totals = case_plan(case, full=full).totals
+    except (RuntimeError, MemoryError) as e:
+        return {"plan_error": str(e).splitlines()[0][:200]}
+    return {f"plan_{k}": float(v) for k, v in totals.items()}
+
+
 def _error_entry(device: str, case: C.Case, variant: str, message: str) -> dict:
     run_name = f"{device}/{case.op}/{case.shape}/{variant}"
     return {"name": run_name, "run_name": run_name, "run_type": "iteration", "error_occurred": True,
@@ -183,7 +193,10 @@ def run(device: str, selected, warmup: int, reps: int, budget_s: float, max_sets
                 finally:
                     if setting is not None:
                         _settings(flag, mode)
-                benchmarks.append(_entry(device, case, variant, time_us, n, bytes_min))
+                entry = _entry(device, case, variant, time_us, n, bytes_min)
+                if variant in ("detops", "detops_cpu"):
+                    entry.update(_plan_fields(case, full=device == "cuda"))
+                benchmarks.append(entry)
                 log(f"{case.op:46s} {case.shape:18s} {variant:20s} {time_us:12.1f} us  ({len(sets)} input sets, "
                     f"{n} reps)")
             del sets

@@ -7,6 +7,7 @@
 #include "cuda/sort_reduce.h"
 #include "cuda/sort_reduce_steps.h"
 #include "ops/contract.h"
+#include "ops/plan.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -114,7 +115,7 @@ void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, in
   TORCH_CHECK(n <= kMaxContributions, name, "(): detops' sort-reduce engine takes at most 2^31-1 contributions "
               "per call on CUDA, got ", n);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  const bool wide = num_keys >= (int64_t{1} << 32) - 1;  // the sentinel num_keys must fit too
+  const bool wide = plan::key_bytes_for(num_keys) == 8;  // the sentinel num_keys must fit too
   at::Tensor keys = at::empty({n}, device_options.dtype(wide ? at::kLong : at::kInt));
   const int blocks = static_cast<int>((n + 255) / 256);
   if (wide) {
@@ -163,11 +164,13 @@ struct Engine {
   template <typename acc_t, typename Op>
   static void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                           const at::Tensor& like) {
+    plan::record({plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t), plan::key_bytes_for(num_keys)});
     cuda::sort_reduce<acc_t>(name, op, n, num_keys, D, like.options());
   }
 
   template <typename Op>
   static void for_each(const Op& op, int64_t n) {
+    plan::record({plan::Kind::kForEach, n, 0, 1, 0, 0});
     if (n == 0) return;
     for_each_kernel<<<grid_for(n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(op, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -176,6 +179,7 @@ struct Engine {
   // counts: int64 device memory, zero-filled by the caller.
   template <typename index_t>
   static void count(const index_t* values, int64_t n, int64_t bins, int64_t* counts) {
+    plan::record({plan::Kind::kCount, n, bins, 1, 0, sizeof(index_t)});
     if (n == 0) return;
     static_assert(sizeof(unsigned long long) == sizeof(int64_t));
     count_kernel<<<grid_for(n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "ops/contract.h"
+#include "ops/plan.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -65,6 +66,7 @@ struct Engine {
   template <typename acc_t, typename Op>
   static void sort_reduce(const char* /*name*/, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                           const at::Tensor& /*like*/) {
+    if (plan::record({plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t), plan::key_bytes_for(num_keys)})) return;
     cpu::sort_reduce<acc_t>(op, n, num_keys, D);
   }
 
@@ -72,6 +74,7 @@ struct Engine {
   // the number of threads.
   template <typename Op>
   static void for_each(const Op& op, int64_t n) {
+    if (plan::record({plan::Kind::kForEach, n, 0, 1, 0, 0})) return;
     at::parallel_for(0, n, 2048, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) op(i);
     });
@@ -81,6 +84,7 @@ struct Engine {
   // [0, bins) are skipped.
   template <typename index_t>
   static void count(const index_t* values, int64_t n, int64_t bins, int64_t* counts) {
+    if (plan::record({plan::Kind::kCount, n, bins, 1, 0, sizeof(index_t)})) return;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t v = static_cast<int64_t>(values[i]);
       if (v >= 0 && v < bins) ++counts[v];

@@ -2,6 +2,7 @@
 // aten's own schema, running the detops front end on CPU and CUDA tensors whatever the mode; and the
 // mode API.
 #include "detops/detops.h"
+#include "ops/plan.h"
 #include "registration/table.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -33,6 +34,20 @@ TORCH_LIBRARY(detops, m) {
   m.def("covered_ops() -> str[]", [] { return detops::covered_ops(); });
   m.def("covered_cpu_ops() -> str[]", [] { return detops::covered_cpu_ops(); });
   m.def("version() -> str", [] { return detops::version(); });
+
+  // Private: the engine's plan model (ops/plan.h), for detops.plan_summary. Not twins of aten ops.
+  m.def("_plan_start(bool plan_only) -> ()", [](bool plan_only) { detops::plan::start_recording(plan_only); });
+  m.def("_plan_stop() -> int[]", [] {
+    std::vector<int64_t> flat;
+    for (const auto& call : detops::plan::stop_recording()) {
+      const auto fields = detops::plan::to_list(call);
+      flat.insert(flat.end(), fields.begin(), fields.end());
+    }
+    return flat;
+  });
+  m.def("_plan_summary(int[] call) -> int[]", [](std::vector<int64_t> call) {
+    return detops::plan::to_list(detops::plan::plan_for(detops::plan::call_from_list(call)));
+  });
 }
 
 #define DETOPS_OP(header, name, overload, front_end, stock) \

@@ -26,9 +26,10 @@ import torch
 
 import detops
 from detops import cases as _cases
+from detops import plan as _plan
 
 __all__ = ["summarize", "load_results", "latest_results", "format_markdown", "check_targets", "run_report",
-           "TARGETS"]
+           "plan_column", "TARGETS"]
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 DEFAULT_RESULTS_DIR = REPO / "bench" / "results"
@@ -76,6 +77,9 @@ def summarize(doc: dict) -> List[dict]:
         t = float(b["real_time"]) * _UNIT_TO_US[b.get("time_unit", "ns")]
         row["times_us"][variant] = t
         if variant.startswith("detops"):
+            if "plan_stream_ops" in b:
+                row["plan"] = {k[len("plan_"):]: int(_float(v) or 0) for k, v in b.items() if k.startswith("plan_")
+                               and k != "plan_error"}
             bytes_min = _float(b.get("bytes_min"))
             row["bytes_min"] = bytes_min
             if bytes_min:
@@ -88,6 +92,14 @@ def summarize(doc: dict) -> List[dict]:
         row["ours_vs_stock_cpu"] = _ratio(times.get("detops_cpu"), times.get("stock_cpu"))
         row["copy_fraction"] = _ratio(row["bandwidth_GBps"], copy_bw) if row["device"] == "cuda" else None
     return sorted(rows.values(), key=lambda r: (r["device"], r["op"], r["shape"]))
+
+
+def plan_column(totals: Optional[dict]) -> str:
+    """The plan column: the CUDA engine's stream operations (launches + memsets) / allocations / workspace MB
+    for the shape, summed over the op's engine calls (detops.plan, docs/engine.md)."""
+    if not totals:
+        return "—"
+    return f"{totals['stream_ops']} / {totals['allocations']} / {totals['workspace_bytes'] / 1e6:.1f}"
 
 
 def _float(v) -> Optional[float]:
@@ -175,7 +187,7 @@ def format_markdown(doc: dict) -> str:
     cuda = [r for r in rows if r["device"] == "cuda"]
     if cuda:
         lines += ["| op | shape | stock atomic | stock deterministic | detops | ours/atomic | ours/deterministic "
-                  "| GB/s | of copy |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| GB/s | of copy | plan: ops / allocs / MB |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in cuda:
             t = r["times_us"]
             det = _fmt_us(t.get("stock_deterministic")) if "stock_deterministic" in t else (
@@ -183,17 +195,20 @@ def format_markdown(doc: dict) -> str:
             lines.append(f"| `{r['op']}` | {r['shape']} | {_fmt_us(t.get('stock_atomic'))} | {det} | "
                          f"{_fmt_us(t.get('detops'))} | {_fmt(r['ours_vs_atomic'])} | "
                          f"{_fmt(r['ours_vs_deterministic'], '.3f')} | {_fmt(r['bandwidth_GBps'], '.0f')} | "
-                         f"{_fmt(None if r['copy_fraction'] is None else 100 * r['copy_fraction'], '.0f')}% |")
+                         f"{_fmt(None if r['copy_fraction'] is None else 100 * r['copy_fraction'], '.0f')}% | "
+                         f"{plan_column(r.get('plan'))} |")
         lines += ["", "| target | met | measured |", "|---|---|---|"]
         for target, met, figures in check_targets(rows):
             lines.append(f"| {target} | {'—' if met is None else ('yes' if met else 'NO')} | {figures} |")
     cpu = [r for r in rows if r["device"] == "cpu"]
     if cpu:
-        lines += ["", "| op | shape (CPU) | stock CPU | detops twin | twin/stock |", "|---|---|---|---|---|"]
+        lines += ["", "| op | shape (CPU) | stock CPU | detops twin | twin/stock | plan: ops / allocs / MB |",
+                  "|---|---|---|---|---|---|"]
         for r in cpu:
             t = r["times_us"]
             lines.append(f"| `{r['op']}` | {r['shape']} | {_fmt_us(t.get('stock_cpu'))} | "
-                         f"{_fmt_us(t.get('detops_cpu'))} | {_fmt(r['ours_vs_stock_cpu'])} |")
+                         f"{_fmt_us(t.get('detops_cpu'))} | {_fmt(r['ours_vs_stock_cpu'])} | "
+                         f"{plan_column(r.get('plan'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -351,6 +366,11 @@ def run_report(reruns: int = 10, reps: int = 5, out_dir=None, results_dir=None, 
     p(f"covered: {', '.join(covered)}")
     p("")
     live = [_measure_case(c, reruns, reps, cuda) for c in selected]
+    for c, r in zip(selected, live):
+        try:
+            r["plan"] = _plan.case_plan(c, full=True).totals
+        except (RuntimeError, MemoryError):
+            r["plan"] = None
 
     # GPU results: the file given, else the latest committed.
     gpu_title, gpu_rows = None, []
@@ -363,6 +383,11 @@ def run_report(reruns: int = 10, reps: int = 5, out_dir=None, results_dir=None, 
         ctx = doc.get("context", {})
         gpu_title = f"{ctx.get('detops_device', '?')}, {ctx.get('date', '?')} ({os.path.relpath(path)})"
         gpu_rows = [r for r in summarize(doc) if r["device"] == "cuda"]
+        # Results measured before the plan was recorded: the plan of the code here, for the same shape.
+        plans = {(r["op"], r["shape"]): r["plan"] for r in live}
+        for r in gpu_rows:
+            if not r.get("plan"):
+                r["plan"] = plans.get((r["op"], r["shape"]))
 
     by_op: Dict[str, List[dict]] = {}
     for r in live:
@@ -405,21 +430,24 @@ def run_report(reruns: int = 10, reps: int = 5, out_dir=None, results_dir=None, 
         ])
     _print_table(p, header, table)
     p("")
-    p("Per case, CPU (live): twin vs stock CPU")
-    _print_table(p, ["aten overload", "shape", "stock CPU", "detops twin", "twin/stock", "bitwise"],
+    p("Per case, CPU (live): twin vs stock CPU; plan: the CUDA engine's stream operations / allocations / "
+      "workspace MB at the GPU shape (docs/engine.md)")
+    _print_table(p, ["aten overload", "shape", "stock CPU", "detops twin", "twin/stock", "bitwise",
+                     "plan: ops / allocs / MB"],
                  [[r["op"], r["shape"], _fmt_us(r["cpu_stock_us"]), _fmt_us(r["cpu_twin_us"]), _fmt(r["cpu_ratio"]),
-                   _yes_no(r["cpu_bitwise"])] for r in live])
+                   _yes_no(r["cpu_bitwise"]), plan_column(r.get("plan"))] for r in live])
     p("")
     if gpu_rows:
         p(f"Per case, CUDA ({gpu_title}):")
         _print_table(p, ["aten overload", "shape", "stock atomic", "stock deterministic", "detops", "ours/atomic",
-                         "ours/deterministic", "GB/s", "of copy"],
+                         "ours/deterministic", "GB/s", "of copy", "plan: ops / allocs / MB"],
                      [[r["op"], r["shape"], _fmt_us(r["times_us"].get("stock_atomic")),
                        _fmt_us(r["times_us"].get("stock_deterministic")) if "stock_deterministic" in r["times_us"]
                        else ("throws" if "stock_deterministic" in r["errors"] else "—"),
                        _fmt_us(r["times_us"].get("detops")), _fmt(r["ours_vs_atomic"]),
                        _fmt(r["ours_vs_deterministic"], ".3f"), _fmt(r["bandwidth_GBps"], ".0f"),
-                       _fmt(None if r["copy_fraction"] is None else 100 * r["copy_fraction"], ".0f") + "%"]
+                       _fmt(None if r["copy_fraction"] is None else 100 * r["copy_fraction"], ".0f") + "%",
+                       plan_column(r.get("plan"))]
                       for r in gpu_rows])
         p("")
         p("Targets:")
