@@ -1,5 +1,6 @@
 // The sort-reduce engine, CUDA path: keys -> plan (cuda/sort_reduce.cu) -> the contract's fixed tree,
-// level 0 for every block in parallel, then each higher level in parallel (docs/order_contract.md).
+// level 0 for every block in parallel, then each higher level in parallel (docs/order_contract.md), all in
+// one workspace allocation laid out by plan::layout_for (ops/plan.h; stream operations in docs/engine.md).
 // The per-element arithmetic comes from the op's __host__ __device__ struct, the same one the CPU
 // engine (ops/sort_reduce_cpu.h) calls.
 #pragma once
@@ -16,7 +17,11 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/macros/Macros.h>
 
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
+
 #include <algorithm>
+#include <type_traits>
 
 namespace detops::cuda {
 
@@ -36,12 +41,14 @@ inline Launch2D launch_2d(int64_t rows, int64_t cols) {
 }
 
 // One thread per contribution: its destination key, or num_keys (sorted last, never written) if invalid or
-// skipped (kSkipKey, ops/contract.h). NB: positions are computed in 64 bits before the bound check: near 2^31
-// contributions the 32-bit product of block and thread indices would wrap past the check.
+// skipped (kSkipKey, ops/contract.h), and its source position (the radix sort's values). NB: positions are
+// computed in 64 bits before the bound check: near 2^31 contributions the 32-bit product of block and thread
+// indices would wrap past the check.
 template <typename KeyT, typename Op>
-__global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys) {
+__global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys, int32_t* positions) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  positions[i] = static_cast<int32_t>(i);
   const int64_t k = op.key(i);
   if (k == kSkipKey) {
     keys[i] = static_cast<KeyT>(num_keys);
@@ -52,54 +59,56 @@ __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys)
   keys[i] = static_cast<KeyT>(ok ? k : num_keys);
 }
 
-// Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_step).
+// Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_step). The first
+// column's thread of each position also records its slot (engine::slot_step). NB: launch bounds of 4 blocks of
+// 256 per SM cap the kernel at 64 registers (the fold of a block is otherwise unrolled into ~170).
 template <typename acc_t, typename KeyT, typename Op>
-__global__ void level0_kernel(Op op, const KeyT* keys, const int32_t* perm, const int32_t* segstart,
-                              const int32_t* slot, int32_t n, int64_t num_keys, int64_t D, acc_t* scratch) {
-  const int64_t p = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
-  if (p >= n) return;
-  for (int64_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += int64_t{gridDim.y} * blockDim.x) {
-    engine::level0_step<acc_t>(op, keys, perm, segstart, slot, n, num_keys, D, scratch, static_cast<int32_t>(p), c);
+__global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys, const int32_t* perm,
+                                                     const engine::SegItem* seg, int32_t n, int64_t num_keys,
+                                                     int32_t D, acc_t* scratch, int32_t* slot_first,
+                                                     int32_t* slot_pos, int32_t* num_slots) {
+  const int64_t p64 = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
+  if (p64 >= n) return;
+  const int32_t p = static_cast<int32_t>(p64);
+  if (blockIdx.y == 0 && threadIdx.x == 0) engine::slot_step(keys, seg, n, num_keys, p, slot_first, slot_pos, num_slots);
+  for (int32_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += gridDim.y * blockDim.x) {
+    engine::level0_step<acc_t>(op, keys, perm, seg, n, num_keys, D, scratch, p, c);
   }
 }
 
 // Level L >= 1: one thread per (scratch slot, column); group leaders fold in place (engine::level_step).
 template <typename acc_t, typename KeyT, typename Op>
-__global__ void level_kernel(Op op, const KeyT* keys, const int32_t* slot_first, const int32_t* slot_pos,
-                             const int32_t* num_slots, int32_t max_slots, int64_t stride, int64_t D,
-                             acc_t* scratch) {
-  const int64_t q = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
-  if (q >= max_slots) return;
+__global__ void __launch_bounds__(256, 4) level_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
+                                                    const int32_t* slot_pos, const int32_t* num_slots,
+                                                    int32_t max_slots, int32_t stride, int32_t D, acc_t* scratch) {
+  const int64_t q64 = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
+  if (q64 >= max_slots) return;
+  const int32_t q = static_cast<int32_t>(q64);
   const int32_t total = *num_slots;
-  for (int64_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += int64_t{gridDim.y} * blockDim.x) {
-    engine::level_step<acc_t>(op, keys, slot_first, slot_pos, total, stride, D, scratch, static_cast<int32_t>(q), c);
+  for (int32_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += gridDim.y * blockDim.x) {
+    engine::level_step<acc_t>(op, keys, slot_first, slot_pos, total, stride, D, scratch, q, c);
   }
 }
 
 template <typename acc_t, typename KeyT, typename Op>
-void reduce_plan(const Op& op, const SegmentPlan& plan, int64_t num_keys, int64_t D) {
+void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const SortedSegments& sorted, int32_t n,
+                 int64_t num_keys, int32_t D) {
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  const int32_t n = static_cast<int32_t>(plan.n);
-  at::Tensor scratch;
-  acc_t* scratch_ptr = nullptr;
-  if (plan.levels > 0) {
-    scratch = at::empty({plan.max_slots * D},
-                        plan.keys.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-    scratch_ptr = scratch.data_ptr<acc_t>();
-  }
-  const KeyT* keys = reinterpret_cast<const KeyT*>(plan.keys.data_ptr());
+  const bool levels = layout.levels > 0;
+  auto* scratch = levels ? reinterpret_cast<acc_t*>(ws + layout.scratch) : nullptr;
+  auto* slot_first = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_first) : nullptr;
+  auto* slot_pos = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_pos) : nullptr;
+  auto* num_slots = levels ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr;
+  const KeyT* keys = static_cast<const KeyT*>(sorted.keys);
   const Launch2D l0 = launch_2d(n, D);
-  level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(
-      op, keys, plan.perm.data_ptr<int32_t>(), plan.segstart.data_ptr<int32_t>(),
-      plan.levels > 0 ? plan.slot.data_ptr<int32_t>() : nullptr, n,
-      num_keys, D, scratch_ptr);
+  level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(op, keys, sorted.perm, sorted.seg, n, num_keys, D,
+                                                                   scratch, slot_first, slot_pos, num_slots);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  int64_t stride = 1;
-  const Launch2D ll = launch_2d(plan.max_slots, D);
-  for (int level = 1; level <= plan.levels; ++level, stride *= kBlock) {
+  int32_t stride = 1;
+  const Launch2D ll = launch_2d(layout.max_slots, D);
+  for (int level = 1; level <= layout.levels; ++level, stride *= kBlock) {
     level_kernel<acc_t, KeyT, Op><<<ll.grid, ll.block, 0, stream>>>(
-        op, keys, plan.slot_first.data_ptr<int32_t>(), plan.slot_pos.data_ptr<int32_t>(),
-        plan.num_slots.data_ptr<int32_t>(), static_cast<int32_t>(plan.max_slots), stride, D, scratch_ptr);
+        op, keys, slot_first, slot_pos, num_slots, static_cast<int32_t>(layout.max_slots), stride, D, scratch);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }
@@ -108,29 +117,135 @@ void reduce_plan(const Op& op, const SegmentPlan& plan, int64_t num_keys, int64_
 // contribution), contribution(i, c) and finalize(key, c, acc) as __host__ __device__ members over device
 // pointers, and optionally a Combine type (default AddRn, combine_of_t in ops/contract.h). Current stream, no sync.
 // Positions are 32-bit: a call of 2^31 or more contributions is rejected (kMaxContributions).
+// The single-block path: one block of kSingleBlockThreads runs the whole call (plan::single_block). Each thread
+// computes the keys of kSingleBlockItems consecutive contributions; cub::BlockRadixSort sorts (key, position)
+// in registers (NB: stable: ranks follow the blocked arrangement, which is source order, so equal keys keep
+// source order, as the device-wide sort does); the sorted keys and permutation go to the workspace; a block
+// scan (engine::SegScan) gives the segment items; then level 0 and each level over all (position or slot,
+// column) pairs, with __syncthreads() between them, calling the same engine steps as the multi-block kernels.
+template <typename acc_t, typename KeyT, typename Op>
+__global__ void __launch_bounds__(plan::kSingleBlockThreads, 2)
+    single_block_kernel(Op op, int32_t n, int64_t num_keys, int bits, int32_t D, KeyT* keys, int32_t* perm,
+                        engine::SegItem* seg, int32_t* slot_first, int32_t* slot_pos, int32_t* num_slots,
+                        int32_t max_slots, int levels, acc_t* scratch) {
+  constexpr int kThreads = static_cast<int>(plan::kSingleBlockThreads);
+  constexpr int kItems = static_cast<int>(plan::kSingleBlockItems);
+  using Sort = CUB_NS_QUALIFIER::BlockRadixSort<KeyT, kThreads, kItems, int32_t>;
+  using Scan = CUB_NS_QUALIFIER::BlockScan<engine::SegItem, kThreads>;
+  __shared__ union {
+    typename Sort::TempStorage sort;
+    typename Scan::TempStorage scan;
+  } temp;
+  const int t = static_cast<int>(threadIdx.x);
+  // Past n: the largest key the sorted bits hold, and positions past n, so they sort after every contribution.
+  const KeyT pad = bits >= static_cast<int>(8 * sizeof(KeyT)) ? ~KeyT{0} : static_cast<KeyT>((KeyT{1} << bits) - 1);
+  KeyT k[kItems];
+  int32_t v[kItems];
+  for (int j = 0; j < kItems; ++j) {
+    const int32_t i = t * kItems + j;
+    v[j] = i;
+    k[j] = pad;
+    if (i < n) {
+      const int64_t key = op.key(i);
+      if (key == kSkipKey) {
+        k[j] = static_cast<KeyT>(num_keys);
+      } else {
+        const bool ok = key >= 0 && key < num_keys;
+        CUDA_KERNEL_ASSERT(ok && "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
+        k[j] = static_cast<KeyT>(ok ? key : num_keys);
+      }
+    }
+  }
+  Sort(temp.sort).Sort(k, v, 0, bits);
+  for (int j = 0; j < kItems; ++j) {
+    const int32_t p = t * kItems + j;
+    if (p < n) {
+      keys[p] = k[j];
+      perm[p] = v[j];
+    }
+  }
+  __syncthreads();
+  engine::SegItem items[kItems];
+  for (int j = 0; j < kItems; ++j) {
+    const int32_t p = t * kItems + j;
+    items[j] = p < n ? engine::seg_item(keys, n, num_keys, p) : engine::SegItem{-1, -1, 0, 0};
+  }
+  Scan(temp.scan).InclusiveScan(items, items, engine::SegScan{});
+  for (int j = 0; j < kItems; ++j) {
+    const int32_t p = t * kItems + j;
+    if (p < n) seg[p] = items[j];
+  }
+  __syncthreads();
+  for (int32_t w = t; w < n * D; w += kThreads) {
+    const int32_t p = w / D;
+    const int32_t c = w - p * D;
+    if (c == 0) engine::slot_step(keys, seg, n, num_keys, p, slot_first, slot_pos, num_slots);
+    engine::level0_step<acc_t>(op, keys, perm, seg, n, num_keys, D, scratch, p, c);
+  }
+  int32_t stride = 1;
+  for (int level = 1; level <= levels; ++level, stride *= kBlock) {
+    __syncthreads();
+    const int32_t total = *num_slots;
+    for (int32_t w = t; w < max_slots * D; w += kThreads) {
+      const int32_t q = w / D;
+      engine::level_step<acc_t>(op, keys, slot_first, slot_pos, total, stride, D, scratch, q, w - q * D);
+    }
+  }
+}
+
 template <typename acc_t, typename Op>
 void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                  const at::TensorOptions& device_options) {
   if (n == 0 || D == 0) return;
   TORCH_CHECK(n <= kMaxContributions, name, "(): detops' sort-reduce engine takes at most 2^31-1 contributions "
               "per call on CUDA, got ", n);
+  TORCH_CHECK(D <= kMaxContributions, name, "(): detops' sort-reduce engine takes at most 2^31-1 columns per "
+              "call on CUDA, got ", D);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  const bool wide = plan::key_bytes_for(num_keys) == 8;  // the sentinel num_keys must fit too
-  at::Tensor keys = at::empty({n}, device_options.dtype(wide ? at::kLong : at::kInt));
+  const plan::EngineCall call{plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t), plan::key_bytes_for(num_keys)};
+  const int bits = plan::sort_bits_for(num_keys, call.key_bytes);
+  const bool single = plan::single_block(call);
+  const plan::Layout layout = plan::layout_for(call, single ? 0 : cub_temp_bytes(n, call.key_bytes, bits));
+  // The call's one allocation: keys, positions, segment items, slot tables, scratch and CUB's temp storage.
+  at::Tensor workspace = at::empty({layout.total}, device_options.dtype(at::kByte));
+  char* ws = static_cast<char*>(workspace.data_ptr());
+  if (single) {
+    const bool levels = layout.levels > 0;
+    auto* slot_first = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_first) : nullptr;
+    auto* slot_pos = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_pos) : nullptr;
+    auto* num_slots = levels ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr;
+    auto* scratch = levels ? reinterpret_cast<acc_t*>(ws + layout.scratch) : nullptr;
+    auto* perm = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
+    auto* seg = reinterpret_cast<engine::SegItem*>(ws + layout.seg);
+    const auto launch = [&](auto* keys) {
+      using KeyT = std::remove_pointer_t<decltype(keys)>;
+      single_block_kernel<acc_t, KeyT, Op><<<1, static_cast<unsigned>(plan::kSingleBlockThreads), 0, stream>>>(
+          op, static_cast<int32_t>(n), num_keys, bits, static_cast<int32_t>(D), keys, perm, seg, slot_first,
+          slot_pos, num_slots, static_cast<int32_t>(layout.max_slots), layout.levels, scratch);
+    };
+    if (call.key_bytes == 8) {
+      launch(reinterpret_cast<uint64_t*>(ws + layout.keys[0]));
+    } else {
+      launch(reinterpret_cast<uint32_t*>(ws + layout.keys[0]));
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
   const int blocks = static_cast<int>((n + 255) / 256);
-  if (wide) {
+  auto* positions = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
+  if (call.key_bytes == 8) {
     make_keys_kernel<uint64_t, Op><<<blocks, 256, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
-                                                               reinterpret_cast<uint64_t*>(keys.data_ptr()));
+                                                               reinterpret_cast<uint64_t*>(ws + layout.keys[0]), positions);
   } else {
     make_keys_kernel<uint32_t, Op><<<blocks, 256, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
-                                                               reinterpret_cast<uint32_t*>(keys.data_ptr()));
+                                                               reinterpret_cast<uint32_t*>(ws + layout.keys[0]), positions);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const SegmentPlan plan = plan_segments(keys, num_keys);
-  if (wide) {
-    reduce_plan<acc_t, uint64_t>(op, plan, num_keys, D);
+  const SortedSegments sorted = plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes);
+  if (call.key_bytes == 8) {
+    reduce_plan<acc_t, uint64_t>(op, ws, layout, sorted, static_cast<int32_t>(n), num_keys, static_cast<int32_t>(D));
   } else {
-    reduce_plan<acc_t, uint32_t>(op, plan, num_keys, D);
+    reduce_plan<acc_t, uint32_t>(op, ws, layout, sorted, static_cast<int32_t>(n), num_keys, static_cast<int32_t>(D));
   }
 }
 

@@ -1,31 +1,28 @@
-// The sort-reduce engine, CUDA path: the plan (sort + segments), computed once per call and independent
-// of dtype. See cuda/sort_reduce.cuh for the reduction over the plan, docs/order_contract.md for the why.
+// The sort-reduce engine, CUDA path: the plan (sort + segment scan), computed once per call in the call's
+// workspace (laid out by plan::layout_for, ops/plan.h) and independent of dtype. See cuda/sort_reduce.cuh for
+// the reduction over the plan, docs/order_contract.md for the why, docs/engine.md for the stream operations.
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include "cuda/sort_reduce_steps.h"
+#include "ops/plan.h"
 
 #include <cstdint>
 
 namespace detops::cuda {
 
-struct SegmentPlan {
-  int64_t n = 0;          // contributions
-  bool wide_keys = false;  // keys are 64-bit
-  at::Tensor keys;        // [n] destination keys, sorted (int32 storage of uint32, or int64)
-  at::Tensor perm;        // [n] int32 source positions in sorted order
-  at::Tensor segstart;    // [n] int32 first sorted position of each position's segment
-  // The rest is defined only when levels > 0 (more than one block of contributions).
-  at::Tensor slot;        // [n] int32 scratch slot of each block leader of a long segment
-  at::Tensor slot_first;  // [max_slots] int32 first slot of the slot's segment
-  at::Tensor slot_pos;    // [max_slots] int32 sorted position of the slot's block leader
-  at::Tensor num_slots;   // [1] int32 slots in use (device side: no host sync)
-  int64_t max_slots = 0;  // static bound on slots: n / 16 + 1
-  int levels = 0;         // tree levels above level 0 in the worst case for n
+struct SortedSegments {
+  const void* keys = nullptr;           // [n] sorted destination keys (uint32 or uint64)
+  const int32_t* perm = nullptr;        // [n] source positions in sorted order
+  const engine::SegItem* seg = nullptr;  // [n] inclusive segment-scan items (segment starts and slots)
 };
 
-// keys: [n] unsorted destination keys (int32 storage read as uint32, or int64), values in
-// [0, num_keys]; num_keys marks an invalid contribution that is sorted last and never written.
-// Runs on the current stream; no host synchronisation.
-SegmentPlan plan_segments(const at::Tensor& keys, int64_t num_keys);
+// Bytes of CUB temp storage a call needs (the radix sort's and the segment scan's, the larger), queried once
+// per (device, n, key width, bits) and cached.
+int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits);
+
+// ws: the call's workspace, whose layout.keys[0] / layout.pos[0] hold the unsorted keys (values in
+// [0, num_keys]; num_keys marks an invalid contribution, sorted last and never written) and their source
+// positions. Sorts (key, position) stably and scans the segments, on the current stream, no host sync.
+SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes);
 
 }  // namespace detops::cuda

@@ -18,42 +18,100 @@ constexpr int64_t kMaxContributions = (int64_t{1} << 31) - 1;
 
 namespace detops::engine {
 
-// The sorted position p if it starts a segment, else 0 (max-scanned into segment starts).
-template <typename KeyT>
-C10_HOST_DEVICE inline int32_t head_value(const KeyT* keys, int32_t p) {
-  return (p == 0 || keys[p] != keys[p - 1]) ? p : 0;
+// The segment scan: one inclusive scan (CUB's, over a transform iterator) gives every sorted position its
+// segment start and its scratch slot. An item summarises a range of sorted positions: its last segment head
+// (-1 if none), the one segment tail it holds before any head (-1 if none; its segment starts to the left, so
+// its slots are counted once the head is known), and the slots of the long segments whose head and tail it
+// both holds. NB: combine() is associative (a range summary), so any grouping the scan picks gives the same
+// items; tests/cpp/test_engine_schedule.cpp scans in random groupings.
+struct SegItem {
+  int32_t head;
+  int32_t tail;
+  int32_t tail_valid;
+  int32_t slots;
+};
+
+// Scratch slots of a segment of `len` contributions: one per block if it is longer than one block, none
+// otherwise. The segment of invalid contributions (key num_keys, sorted last) gets none: level 0 skips it,
+// so no level above sees it. NB: blocks start at multiples of kBlock from the segment start.
+C10_HOST_DEVICE inline int32_t segment_slots(int64_t len, bool valid) {
+  return (valid && len > kBlock) ? static_cast<int32_t>((len + kBlock - 1) / kBlock) : 0;
 }
 
-// 1 if sorted position p leads a block of a segment longer than one block. The segment of invalid
-// contributions (key num_keys, sorted last) gets no slots: level 0 skips it, so no level above sees it.
-// NB: blocks start at multiples of kBlock from the segment start, never from a grid boundary.
 template <typename KeyT>
-C10_HOST_DEVICE inline int32_t long_leader(const KeyT* keys, const int32_t* segstart, int32_t n, int64_t num_keys,
-                                           int32_t p) {
-  const int32_t s0 = segstart[p];
+C10_HOST_DEVICE inline bool is_tail(const KeyT* keys, int32_t n, int32_t p) {
+  return p == n - 1 || keys[p + 1] != keys[p];
+}
+
+// The item of sorted position p alone.
+template <typename KeyT>
+C10_HOST_DEVICE inline SegItem seg_item(const KeyT* keys, int32_t n, int64_t num_keys, int32_t p) {
+  const bool head = p == 0 || keys[p] != keys[p - 1];
+  SegItem item{head ? p : -1, -1, 0, 0};
+  if (!head && is_tail(keys, n, p)) {
+    item.tail = p;
+    item.tail_valid = static_cast<int64_t>(keys[p]) < num_keys ? 1 : 0;
+  }
+  return item;
+}
+
+// The item of range a followed by range b.
+struct SegScan {
+  C10_HOST_DEVICE SegItem operator()(const SegItem& a, const SegItem& b) const {
+    SegItem r{b.head >= 0 ? b.head : a.head, a.tail, a.tail_valid, a.slots + b.slots};
+    if (b.tail >= 0) {
+      if (a.head >= 0) {
+        r.slots += segment_slots(int64_t{b.tail} + 1 - a.head, b.tail_valid != 0);  // b's tail closes a's last segment
+      } else {
+        r.tail = b.tail;  // a holds neither a head nor, then, a tail
+        r.tail_valid = b.tail_valid;
+      }
+    }
+    return r;
+  }
+};
+
+// Slots of the segments before sorted position p's segment, from p's inclusive scan item `inc`.
+template <typename KeyT>
+C10_HOST_DEVICE inline int32_t slots_before(const KeyT* keys, const SegItem& inc, int32_t n, int64_t num_keys,
+                                            int32_t p) {
+  const int32_t s0 = inc.head;
+  if (!is_tail(keys, n, p)) return inc.slots;
+  return inc.slots - segment_slots(int64_t{p} + 1 - s0, static_cast<int64_t>(keys[p]) < num_keys);
+}
+
+// 1 if sorted position p (segment start s0) leads a block of a segment longer than one block.
+template <typename KeyT>
+C10_HOST_DEVICE inline int32_t long_leader(const KeyT* keys, int32_t s0, int32_t n, int64_t num_keys, int32_t p) {
   const bool leader = (p - s0) % kBlock == 0;
   const bool is_long = int64_t{s0} + kBlock < n && keys[s0 + kBlock] == keys[p];
   const bool valid = static_cast<int64_t>(keys[p]) < num_keys;
   return (leader && is_long && valid) ? 1 : 0;
 }
 
-// Records the slot of each long-segment leader, its segment's first slot, and the number of slots.
-C10_HOST_DEVICE inline void fill_slot(const int32_t* segstart, const int32_t* lead, const int32_t* slot, int32_t n,
-                                      int32_t p, int32_t* slot_first, int32_t* slot_pos, int32_t* num_slots) {
-  if (lead[p]) {
-    slot_first[slot[p]] = slot[segstart[p]];
-    slot_pos[slot[p]] = p;
-  }
-  if (p == n - 1) *num_slots = slot[p] + lead[p];
+// Once per sorted position (level 0's first column): a long segment's block leader records its slot's
+// segment-first slot and position; the last position records the number of slots. slot_first may be null
+// when no segment can be long (n <= kBlock).
+template <typename KeyT>
+C10_HOST_DEVICE inline void slot_step(const KeyT* keys, const SegItem* seg, int32_t n, int64_t num_keys, int32_t p,
+                                      int32_t* slot_first, int32_t* slot_pos, int32_t* num_slots) {
+  if (slot_first == nullptr) return;
+  if (p == n - 1) *num_slots = seg[p].slots;
+  const int32_t s0 = seg[p].head;
+  if (!long_leader(keys, s0, n, num_keys, p)) return;
+  const int32_t first = slots_before(keys, seg[p], n, num_keys, p);
+  const int32_t q = first + (p - s0) / kBlock;
+  slot_first[q] = first;
+  slot_pos[q] = p;
 }
 
 // Level 0 for sorted position p and column c: the leader of each block folds it; a segment of one block
 // is finished here, longer ones leave their block sums in scratch.
 template <typename acc_t, typename KeyT, typename Op>
-C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const int32_t* perm, const int32_t* segstart,
-                                        const int32_t* slot, int32_t n, int64_t num_keys, int64_t D, acc_t* scratch,
-                                        int32_t p, int64_t c) {
-  const int32_t s0 = segstart[p];
+C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const int32_t* perm, const SegItem* seg,
+                                        int32_t n, int64_t num_keys, int64_t D, acc_t* scratch, int32_t p,
+                                        int64_t c) {
+  const int32_t s0 = seg[p].head;
   if ((p - s0) % kBlock != 0) return;
   const KeyT key = keys[p];
   if (static_cast<int64_t>(key) >= num_keys) return;  // invalid contributions are sorted last, never written
@@ -63,7 +121,8 @@ C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const in
   const acc_t s = fold_block<acc_t>([&](int i) { return op.contribution(perm[p + i], c); }, count,
                                     combine_of_t<Op>());
   if (is_long) {
-    scratch[int64_t{slot[p]} * D + c] = s;
+    const int32_t slot = slots_before(keys, seg[p], n, num_keys, p) + (p - s0) / kBlock;
+    scratch[int64_t{slot} * D + c] = s;
   } else {
     op.finalize(static_cast<int64_t>(key), c, s);
   }
@@ -71,21 +130,24 @@ C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const in
 
 // Level L >= 1 for scratch slot q and column c, items `stride` = kBlock^(L-1) slots apart: the leader of
 // each group of kBlock items folds them in place; the group that covers a whole segment finishes it.
-// NB: in place is safe: each item is read by one leader, which writes only its own slot.
+// NB: in place is safe: each item is read by one leader, which writes only its own slot. Slot arithmetic is
+// 32-bit: slots < n / 16 + 1 <= 2^27 and stride <= kBlock^5 = 2^25 (tree_levels(2^31) = 6), so q + kBlock *
+// stride < 2^31; stride is a power of two, so group membership is a mask.
 template <typename acc_t, typename KeyT, typename Op>
 C10_HOST_DEVICE inline void level_step(const Op& op, const KeyT* keys, const int32_t* slot_first,
-                                       const int32_t* slot_pos, int32_t total, int64_t stride, int64_t D,
+                                       const int32_t* slot_pos, int32_t total, int32_t stride, int64_t D,
                                        acc_t* scratch, int32_t q, int64_t c) {
   if (q >= total) return;
   const int32_t f = slot_first[q];
-  if ((q - f) % (stride * kBlock) != 0) return;
-  const auto in_segment = [&](int64_t x) { return x < total && slot_first[x] == f; };
+  const int32_t group = stride * kBlock;
+  if (((q - f) & (group - 1)) != 0) return;
+  const auto in_segment = [&](int32_t x) { return x < total && slot_first[x] == f; };
   if (!in_segment(f + stride)) return;  // a single item left: finished at an earlier level
   int count = 1;
   while (count < kBlock && in_segment(q + count * stride)) ++count;
-  const acc_t s = fold_block<acc_t>([&](int i) { return scratch[(q + i * stride) * D + c]; }, count,
+  const acc_t s = fold_block<acc_t>([&](int i) { return scratch[int64_t{q + i * stride} * D + c]; }, count,
                                     combine_of_t<Op>());
-  if (q == f && !in_segment(f + stride * kBlock)) {
+  if (q == f && !in_segment(f + group)) {
     // Slots exist only for valid keys (long_leader), so this key is in [0, num_keys).
     op.finalize(static_cast<int64_t>(keys[slot_pos[q]]), c, s);
   } else {

@@ -22,6 +22,10 @@ int64_t onesweep_tile(int64_t key_bytes) {
   return 384 * (key_bytes == 8 ? 30 : 23);
 }
 
+int64_t align(int64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
+
 thread_local struct Recorder {
   bool on = false;
   bool plan_only = false;
@@ -43,22 +47,52 @@ CubOps cub_scan_ops(int64_t n) {
   return {2, 0};
 }
 
-// CUB's temp storage for SortPairs with separate input and output arrays (predicted: histograms, look-back
-// state, counters, and the alternate key/value arrays CUB keeps when it may not overwrite the input).
-int64_t cub_radix_sort_temp(int64_t n, int bits, int64_t key_bytes) {
-  if (n <= kCubSingleTileItems) return 1;
-  const int64_t passes = ceil_div(bits, kOnesweepRadixBits);
-  const int64_t portions = ceil_div(n, kOnesweepPortion);
-  const int64_t blocks = ceil_div(std::min(n, kOnesweepPortion), onesweep_tile(key_bytes));
-  int64_t bytes = portions * passes * kOnesweepDigits * 4 + blocks * kOnesweepDigits * 4 + portions * passes * 4;
-  if (passes > 1) bytes += n * (key_bytes + 4);
-  return bytes;
+int64_t predicted_cub_temp_bytes(int64_t n, int64_t key_bytes, int bits) {
+  // The radix sort on a double buffer: histograms, look-back state and counters (onesweep), nothing beyond
+  // its alignment for a single tile.
+  int64_t sort = 1;
+  if (n > kCubSingleTileItems) {
+    const int64_t passes = ceil_div(bits, kOnesweepRadixBits);
+    const int64_t portions = ceil_div(n, kOnesweepPortion);
+    const int64_t blocks = ceil_div(std::min(n, kOnesweepPortion), onesweep_tile(key_bytes));
+    sort = portions * passes * kOnesweepDigits * 4 + blocks * kOnesweepDigits * 4 + portions * passes * 4 + 3 * kAlign;
+  }
+  // The segment scan: a status word and two 16-byte values per tile of 128 x 15 items, and the look-back
+  // window.
+  const int64_t scan = (ceil_div(n, 128 * 15) + 32) * (8 + 2 * 16) + kAlign;
+  return std::max(sort, scan);
 }
 
-// CUB's temp storage for a scan of int32 (predicted: one tile descriptor of 8 bytes per tile of 128 x 15 items,
-// plus the look-back window).
-int64_t cub_scan_temp(int64_t n) {
-  return (ceil_div(n, 128 * 15) + 32) * 8;
+Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes) {
+  Layout l;
+  const int64_t n = call.n;
+  const int64_t kb = call.key_bytes > 0 ? call.key_bytes : key_bytes_for(call.num_keys);
+  int64_t at = 0;
+  const auto carve = [&](int64_t bytes) {
+    const int64_t offset = at;
+    at += align(bytes);
+    return offset;
+  };
+  const bool single = single_block(call);
+  l.keys[0] = carve(n * kb);
+  if (!single) l.keys[1] = carve(n * kb);
+  l.pos[0] = carve(n * 4);
+  if (!single) l.pos[1] = carve(n * 4);
+  l.seg = carve(n * 16);
+  l.levels = tree_levels(n);
+  if (l.levels > 0) {
+    l.max_slots = n / 16 + 1;  // a segment longer than kBlock has ceil(len / kBlock) < len / 16 blocks
+    l.slot_first = carve(l.max_slots * 4);
+    l.slot_pos = carve(l.max_slots * 4);
+    l.num_slots = carve(4);
+    l.scratch = carve(l.max_slots * call.D * call.acc_bytes);
+  }
+  if (!single) {
+    l.temp_bytes = std::max<int64_t>(cub_temp_bytes, 1);
+    l.temp = carve(l.temp_bytes);
+  }
+  l.total = at;
+  return l;
 }
 
 // The pipeline of cuda/sort_reduce.cu and cuda/sort_reduce.cuh, step by step (docs/engine.md).
@@ -83,61 +117,42 @@ PlanSummary plan_for(const EngineCall& call) {
   const int64_t kb = call.key_bytes > 0 ? call.key_bytes : key_bytes_for(call.num_keys);
   const int64_t D = call.D;
   const int64_t acc = call.acc_bytes;
+  const int bits = sort_bits_for(call.num_keys, kb);
+  const Layout l = layout_for(call, predicted_cub_temp_bytes(n, kb, bits));
+  s.sort_bits = bits;
+  s.levels = l.levels;
+  s.allocations = 1;
+  s.workspace_bytes = l.total;
+  if (single_block(call)) {
+    // One launch: keys and the sort in registers, sorted keys, permutation and scan items written once and
+    // read by level 0; the contributions; the results; the levels' scratch.
+    s.path = Path::kSingleBlock;
+    s.launches = 1;
+    s.bytes_moved = n * (kb + 4 + 16) * 2 + n * D * acc + std::min(n, call.num_keys) * D * acc +
+                    s.levels * 2 * (n / kBlock + 1) * D * acc;
+    return s;
+  }
   s.path = Path::kMulti;
-  s.sort_bits = sort_bits_for(call.num_keys, kb);
-  s.levels = tree_levels(n);
-  const int64_t max_slots = n / 16 + 1;
   const auto add = [&](CubOps ops) {
     s.launches += ops.launches;
     s.memsets += ops.memsets;
   };
-  const auto alloc = [&](int64_t bytes) {
-    ++s.allocations;
-    s.workspace_bytes += bytes;
-  };
-  const int64_t passes = n <= kCubSingleTileItems ? 1 : ceil_div(s.sort_bits, kOnesweepRadixBits);
-
-  // Keys (make_keys_kernel), positions (iota_kernel).
-  alloc(n * kb);
+  const int64_t passes = n <= kCubSingleTileItems ? 1 : ceil_div(bits, kOnesweepRadixBits);
+  // The key kernel: keys and source positions.
   s.launches += 1;
-  s.bytes_moved += n * kb;
-  alloc(n * 4);
-  s.launches += 1;
-  s.bytes_moved += n * 4;
-  // Stable radix sort of (key, position): sorted keys, permutation, temp storage.
-  alloc(n * kb);
-  alloc(n * 4);
-  alloc(cub_radix_sort_temp(n, static_cast<int>(s.sort_bits), kb));
-  add(cub_radix_sort_ops(n, static_cast<int>(s.sort_bits)));
+  s.bytes_moved += n * (kb + 4);
+  // The stable radix sort of (key, position): a histogram read, then each pass reads and writes both.
+  add(cub_radix_sort_ops(n, bits));
   s.bytes_moved += (n > kCubSingleTileItems ? n * kb : 0) + passes * 2 * n * (kb + 4);
-  // Head values (head_kernel), max-scanned into segment starts.
-  s.launches += 1;
-  s.bytes_moved += n * kb + n * 4;
-  alloc(n * 4);
-  alloc(cub_scan_temp(n));
+  // The segment scan: sorted keys read (3 per position, mostly cached: counted once), items written.
   add(cub_scan_ops(n));
-  s.bytes_moved += 2 * n * 4;
-  if (s.levels > 0) {
-    // Long-leader flags, their exclusive sum into slots, the slot tables.
-    s.launches += 1;
-    s.bytes_moved += n * kb + 2 * n * 4;
-    alloc(n * 4);
-    alloc(cub_scan_temp(n));
-    add(cub_scan_ops(n));
-    s.bytes_moved += 2 * n * 4;
-    alloc(max_slots * 4);
-    alloc(max_slots * 4);
-    alloc(4);
-    s.launches += 1;  // fill_slots_kernel
-    s.bytes_moved += 3 * n * 4;
-    alloc(max_slots * D * acc);  // scratch of the tree levels
-  }
-  // Level 0: sorted keys, permutation, segment starts (and slots) per position; the contributions; the results.
+  s.bytes_moved += n * kb + n * 16;
+  // Level 0 (and the slot tables): keys, permutation, items; the contributions; the results.
   s.launches += 1;
-  s.bytes_moved += n * kb + n * 4 * (s.levels > 0 ? 3 : 2) + n * D * acc + std::min(n, call.num_keys) * D * acc;
+  s.bytes_moved += n * (kb + 4 + 16) + n * D * acc + std::min(n, call.num_keys) * D * acc;
   // Levels 1..levels, one launch each over the slots.
   s.launches += s.levels;
-  s.bytes_moved += s.levels * (2 * max_slots * 4 + 2 * (n / kBlock) * D * acc);
+  s.bytes_moved += s.levels * (2 * l.max_slots * 4 + 2 * (n / kBlock) * D * acc);
   return s;
 }
 

@@ -63,12 +63,47 @@ CubOps cub_radix_sort_ops(int64_t n, int bits);
 // DeviceScan::InclusiveScan / ExclusiveSum: the tile-state init kernel and the scan kernel.
 CubOps cub_scan_ops(int64_t n);
 
+// The single-block path: a call of at most kSingleBlockMaxN contributions and kSingleBlockMaxWork (position,
+// column) pairs runs whole in one block of one launch (sort, scan, level 0 and the levels, cuda/sort_reduce.cuh).
+// NB: the bounds keep one block's work at most ~128 (position, column) pairs per thread of 512 and its sort in
+// registers (8 keys per thread); larger calls are faster spread over the device.
+constexpr int64_t kSingleBlockThreads = 512;
+constexpr int64_t kSingleBlockItems = 8;
+constexpr int64_t kSingleBlockMaxN = kSingleBlockThreads * kSingleBlockItems;
+constexpr int64_t kSingleBlockMaxWork = int64_t{1} << 16;
+inline bool single_block(const EngineCall& call) {
+  return call.kind == Kind::kSortReduce && call.n > 0 && call.n <= kSingleBlockMaxN &&
+         call.n * call.D <= kSingleBlockMaxWork;
+}
+
+// The workspace of one sort-reduce call: one allocation, carved at kAlign-aligned offsets (bytes).
+constexpr int64_t kAlign = 256;
+struct Layout {
+  int64_t keys[2] = {0, 0};  // the radix sort's double buffer of keys: [n] x key_bytes each (single block: [0])
+  int64_t pos[2] = {0, 0};   // and of positions / the permutation: [n] int32 each (single block: [0])
+  int64_t seg = 0;           // [n] segment-scan items (engine::SegItem, 16 bytes)
+  int64_t slot_first = 0;    // [max_slots] int32 (levels > 0 only, as the rest)
+  int64_t slot_pos = 0;      // [max_slots] int32
+  int64_t num_slots = 0;     // [1] int32
+  int64_t scratch = 0;       // [max_slots * D] accumulators of the tree levels
+  int64_t temp = 0;          // CUB's temp storage (multi-block path only)
+  int64_t temp_bytes = 0;
+  int64_t max_slots = 0;     // static bound on scratch slots: n / 16 + 1
+  int levels = 0;            // tree levels above level 0 in the worst case for n
+  int64_t total = 0;
+};
+Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes);
+
+// CUB's temp storage for a call, predicted (the CUDA engine queries the real size; docs/engine.md).
+int64_t predicted_cub_temp_bytes(int64_t n, int64_t key_bytes, int bits);
+
 // The plan of one engine call.
 PlanSummary plan_for(const EngineCall& call);
 
 // Recording: while on (on this thread), every engine member appends its call. In plan-only mode the CPU
-// engine then returns without computing: the op's checks and allocations run, its arithmetic does not.
-// record() returns true when the caller must skip its work (plan-only mode).
+// engine's sort_reduce and count then return without computing: the op's checks and allocations run, its
+// reductions do not. for_each still runs (an op's host code may read what it wrote: median sorts its keys).
+// record() returns true when the caller may skip its work (plan-only mode).
 bool record(const EngineCall& call);
 void start_recording(bool plan_only);
 std::vector<EngineCall> stop_recording();

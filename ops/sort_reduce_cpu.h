@@ -74,7 +74,7 @@ struct Engine {
   // the number of threads.
   template <typename Op>
   static void for_each(const Op& op, int64_t n) {
-    if (plan::record({plan::Kind::kForEach, n, 0, 1, 0, 0})) return;
+    plan::record({plan::Kind::kForEach, n, 0, 1, 0, 0});  // runs in plan-only mode: host code may read it
     at::parallel_for(0, n, 2048, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) op(i);
     });

@@ -5,8 +5,9 @@ code on both), so the engine calls an op makes on the CPU are the ones it makes 
 arguments. :func:`plan_summary` runs an op with recording on and returns, per engine call, the plan the
 CUDA engine runs for it (``ops/plan.h``, the model the CUDA engine itself lays out its work with): its path,
 stream operations (kernel launches, CUB's counted with the kernels they launch, and memsets), allocations,
-workspace bytes and predicted bytes moved. ``plan_only=True`` skips the CPU engine's arithmetic (the op's
-checks and allocations still run), so the full benchmark shapes are cheap. docs/engine.md explains the counts.
+workspace bytes and predicted bytes moved. ``plan_only=True`` skips the CPU engine's reductions (the op's
+checks, allocations and gathers still run), so the full benchmark shapes are cheap. docs/engine.md explains
+the counts.
 """
 
 from __future__ import annotations

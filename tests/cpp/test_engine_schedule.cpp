@@ -16,7 +16,38 @@
 
 namespace {
 
-// Emulates plan_segments (stable sort, max-scan, exclusive sum) and reduce_plan with shuffled threads.
+// The inclusive segment scan in a random grouping, as a parallel scan may form it: random chunks scanned on
+// their own, then each chunk's items prefixed by the combined chunks before it (engine::SegScan is associative).
+std::vector<detops::engine::SegItem> grouped_scan(const std::vector<detops::engine::SegItem>& items, std::mt19937& rng) {
+  const detops::engine::SegScan combine;
+  const int32_t n = static_cast<int32_t>(items.size());
+  std::vector<detops::engine::SegItem> out(items);
+  std::vector<std::pair<int32_t, int32_t>> chunks;
+  for (int32_t begin = 0; begin < n;) {
+    const int32_t len = 1 + static_cast<int32_t>(rng() % 97);
+    chunks.emplace_back(begin, std::min(n, begin + len));
+    begin += len;
+  }
+  for (auto [begin, end] : chunks)
+    for (int32_t p = begin + 1; p < end; ++p) out[p] = combine(out[p - 1], items[p]);
+  // The chunks' totals, combined left to right, then applied as prefixes.
+  detops::engine::SegItem prefix{};
+  bool have_prefix = false;
+  for (auto [begin, end] : chunks) {
+    const detops::engine::SegItem total = out[end - 1];
+    if (have_prefix) {
+      for (int32_t p = begin; p < end; ++p) out[p] = combine(prefix, out[p]);
+      prefix = combine(prefix, total);
+    } else {
+      prefix = total;
+      have_prefix = true;
+    }
+  }
+  return out;
+}
+
+// Emulates plan_segments (stable sort, the segment scan) and reduce_plan (level 0 with the slot tables, the
+// levels) with shuffled threads; checks the scan's slots against a direct count of the long-segment leaders.
 template <typename acc_t, typename Op>
 void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std::mt19937& rng) {
   std::vector<uint32_t> unsorted(n);
@@ -27,30 +58,46 @@ void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std:
   std::vector<uint32_t> keys(n);
   for (int32_t p = 0; p < n; ++p) keys[p] = unsorted[perm[p]];
 
-  std::vector<int32_t> segstart(n), lead(n), slot(n);
-  for (int32_t p = 0; p < n; ++p) segstart[p] = detops::engine::head_value(keys.data(), p);
-  for (int32_t p = 1; p < n; ++p) segstart[p] = std::max(segstart[p], segstart[p - 1]);
-  for (int32_t p = 0; p < n; ++p) lead[p] = detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, p);
-  std::exclusive_scan(lead.begin(), lead.end(), slot.begin(), 0);
+  std::vector<detops::engine::SegItem> items(n);
+  for (int32_t p = 0; p < n; ++p) items[p] = detops::engine::seg_item(keys.data(), n, num_keys, p);
+  std::vector<detops::engine::SegItem> seg(items);
+  for (int32_t p = 1; p < n; ++p) seg[p] = detops::engine::SegScan()(seg[p - 1], items[p]);
+  const std::vector<detops::engine::SegItem> grouped = grouped_scan(items, rng);
+  int32_t leaders = 0;
+  for (int32_t p = 0; p < n; ++p) {
+    ASSERT_EQ(grouped[p].head, seg[p].head) << p;
+    ASSERT_EQ(grouped[p].slots, seg[p].slots) << p;
+    ASSERT_EQ(grouped[p].tail, -1) << p;
+    int32_t s0 = p;
+    while (s0 > 0 && keys[s0 - 1] == keys[p]) --s0;
+    ASSERT_EQ(seg[p].head, s0) << p;
+    if (detops::engine::long_leader(keys.data(), s0, n, num_keys, p)) {
+      ASSERT_EQ(detops::engine::slots_before(keys.data(), seg[p], n, num_keys, p) + (p - s0) / detops::kBlock, leaders)
+          << p;
+      ++leaders;
+    }
+  }
+  ASSERT_EQ(seg[n - 1].slots, leaders);
+
   const int32_t max_slots = n / 16 + 1;
+  ASSERT_LE(leaders, max_slots);
   std::vector<int32_t> slot_first(max_slots, -7), slot_pos(max_slots, -7);
   int32_t num_slots = -7;
-  for (int32_t p = 0; p < n; ++p) {
-    detops::engine::fill_slot(segstart.data(), lead.data(), slot.data(), n, p, slot_first.data(), slot_pos.data(),
-                              &num_slots);
-  }
-  ASSERT_LE(num_slots, max_slots);
-
   std::vector<acc_t> scratch(static_cast<size_t>(max_slots * D), acc_t(12345));
   std::vector<std::pair<int32_t, int64_t>> threads;
   for (int32_t p = 0; p < n; ++p)
     for (int64_t c = 0; c < D; ++c) threads.emplace_back(p, c);
   std::shuffle(threads.begin(), threads.end(), rng);
   for (auto [p, c] : threads) {
-    detops::engine::level0_step<acc_t>(op, keys.data(), perm.data(), segstart.data(), slot.data(), n, num_keys, D,
-                                       scratch.data(), p, c);
+    if (c == 0) {
+      detops::engine::slot_step(keys.data(), seg.data(), n, num_keys, p, slot_first.data(), slot_pos.data(),
+                                &num_slots);
+    }
+    detops::engine::level0_step<acc_t>(op, keys.data(), perm.data(), seg.data(), n, num_keys, D, scratch.data(), p,
+                                       c);
   }
-  int64_t stride = 1;
+  ASSERT_EQ(num_slots, leaders);
+  int32_t stride = 1;
   for (int level = 1; level <= detops::tree_levels(n); ++level, stride *= detops::kBlock) {
     threads.clear();
     for (int32_t q = 0; q < max_slots; ++q)
@@ -132,25 +179,26 @@ TEST(EngineSchedule, PositionsNearTheLimitStayBelowN) {
   constexpr int32_t kAfter = 40;
   const int64_t base = int64_t{n} - kBefore;
   std::vector<uint32_t> key_window(kBefore + kAfter, 7u);
-  std::vector<int32_t> segstart_window(kBefore + kAfter, n - 10);
+  std::vector<detops::engine::SegItem> seg_window(kBefore + kAfter, detops::engine::SegItem{n - 10, -1, 0, 0});
   std::vector<int32_t> perm_window(kBefore + kAfter, 0);
-  std::vector<int32_t> slot_window(kBefore + kAfter, 0);
   for (int32_t j = 0; j < kBefore - 10; ++j) {
     key_window[j] = 6u;
-    segstart_window[j] = static_cast<int32_t>(base);
+    seg_window[j].head = static_cast<int32_t>(base);
   }
   // keys[p] is key_window[p - base]: only positions inside the window are ever read.
   const uint32_t* keys = key_window.data() - base;
-  const int32_t* segstart = segstart_window.data() - base;
+  const detops::engine::SegItem* seg = seg_window.data() - base;
   const int32_t* perm = perm_window.data() - base;
-  const int32_t* slot = slot_window.data() - base;
   std::vector<std::pair<int64_t, double>> finalized;
   const CountingOp op{&finalized};
   std::vector<double> scratch(4, -1.0);
   const int32_t last = n - 10;  // the last segment: positions [n - 10, n), key 7
-  EXPECT_EQ(detops::engine::long_leader(keys, segstart, n, /*num_keys=*/8, last), 0);
-  detops::engine::level0_step<double>(op, keys, perm, segstart, slot, n, /*num_keys=*/8, /*D=*/1, scratch.data(),
-                                      last, 0);
+  EXPECT_EQ(detops::engine::long_leader(keys, last, n, /*num_keys=*/8, last), 0);
+  const detops::engine::SegItem item = detops::engine::seg_item(keys, n, /*num_keys=*/8, n - 1);
+  EXPECT_EQ(item.head, -1);
+  EXPECT_EQ(item.tail, n - 1);
+  EXPECT_EQ(detops::engine::segment_slots(int64_t{n}, true), static_cast<int32_t>((int64_t{n} + 31) / 32));
+  detops::engine::level0_step<double>(op, keys, perm, seg, n, /*num_keys=*/8, /*D=*/1, scratch.data(), last, 0);
   ASSERT_EQ(finalized.size(), 1u);
   EXPECT_EQ(finalized[0].first, 7);
   EXPECT_EQ(finalized[0].second, 10.0);
@@ -164,12 +212,15 @@ TEST(EngineSchedule, TheInvalidSegmentGetsNoSlots) {
   std::vector<uint32_t> keys(40, 0u);
   keys.resize(80, static_cast<uint32_t>(num_keys));
   const int32_t n = static_cast<int32_t>(keys.size());
-  std::vector<int32_t> segstart(n);
-  for (int32_t p = 0; p < n; ++p) segstart[p] = p < 40 ? 0 : 40;
-  EXPECT_EQ(detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, 0), 1);
-  EXPECT_EQ(detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, 32), 1);
-  EXPECT_EQ(detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, 40), 0);
-  EXPECT_EQ(detops::engine::long_leader(keys.data(), segstart.data(), n, num_keys, 72), 0);
+  EXPECT_EQ(detops::engine::long_leader(keys.data(), 0, n, num_keys, 0), 1);
+  EXPECT_EQ(detops::engine::long_leader(keys.data(), 0, n, num_keys, 32), 1);
+  EXPECT_EQ(detops::engine::long_leader(keys.data(), 40, n, num_keys, 40), 0);
+  EXPECT_EQ(detops::engine::long_leader(keys.data(), 40, n, num_keys, 72), 0);
+  // The scan counts the valid segment's two slots and none for the invalid one.
+  detops::engine::SegItem total = detops::engine::seg_item(keys.data(), n, num_keys, 0);
+  for (int32_t p = 1; p < n; ++p) total = detops::engine::SegScan()(total, detops::engine::seg_item(keys.data(), n, num_keys, p));
+  EXPECT_EQ(total.head, 40);
+  EXPECT_EQ(total.slots, 2);
 }
 
 // scatter_add's map: forty dims whose strides compose merge to a few; more than kMaxDims dims that do

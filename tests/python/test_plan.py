@@ -1,0 +1,302 @@
+"""The CUDA engine's plan, counted on the CPU (ops/plan.h, detops.plan, docs/engine.md): the model's counts for
+known calls, the recorder and plan-only mode, and the issue's targets for every benchmark case at its GPU shape.
+"""
+
+import pytest
+import torch
+
+import detops
+from detops import cases as C
+from detops import plan as P
+
+# The targets (issue 10), per engine call.
+MID_MAX_STREAM_OPS = 8  # a mid-size sort-reduce call: kernel launches (CUB's counted) + memsets
+MID_MAX_ALLOCATIONS = 2  # the engine's workspace; the op's output is the other
+SMALL_MAX_LAUNCHES = 2  # a small sort-reduce call (the single-block path)
+GATHER_LAUNCHES = 1  # a gather (for_each): one launch
+SMALL_N = 4096  # a small call: at most this many contributions and SMALL_WORK (position, column) pairs
+SMALL_WORK = 65536
+
+# Cases (aten overload, shape) whose calls miss a target today, with why, and the most stream operations /
+# allocations any of their calls takes now: a case listed here must still miss (so the list shrinks as the work
+# lands) and must not get worse.
+# Every mid-size sort-reduce call misses the stream-operation target with CUB's onesweep radix sort
+# (docs/engine.md): key kernel 1 + sort (2 + passes) launches and (2 + passes) memsets + segment scan 2 + level 0
+# 1 + one launch per tree level. Its allocations (1) meet the target.
+KNOWN_MISSES = {
+    ('aten::_embedding_bag_dense_backward', 'recsys_max'): ('27-bit keys: CUB onesweep 6 launches + 6 memsets, 3 tree levels', 19, 1),
+    ('aten::_embedding_bag_dense_backward', 'recsys_sum'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::_index_put_impl_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::_index_put_impl_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::_index_put_impl_', 'last_writer'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::_index_put_impl_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::_index_put_impl_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::adaptive_max_pool2d_backward', 'overlap'): ('26-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 20, 1),
+    ('aten::adaptive_max_pool2d_backward.grad_input', 'overlap'): ('26-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 20, 1),
+    ('aten::adaptive_max_pool3d_backward', 'cnn3d_overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 3 tree levels', 19, 1),
+    ('aten::adaptive_max_pool3d_backward.grad_input', 'cnn3d_overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 3 tree levels', 19, 1),
+    ('aten::bincount', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::bincount', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::bincount', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::cudnn_grid_sampler_backward', 'spatial_transformer'): ('18-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::fractional_max_pool2d_backward', 'overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 20, 1),
+    ('aten::fractional_max_pool2d_backward.grad_input', 'overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 20, 1),
+    ('aten::fractional_max_pool3d_backward', 'overlap'): ('24-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::fractional_max_pool3d_backward.grad_input', 'overlap'): ('24-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::grid_sampler_2d_backward', 'bicubic_reflection'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::grid_sampler_2d_backward', 'spatial_transformer'): ('18-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::grid_sampler_3d_backward', 'volume'): ('18-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_add', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::index_add', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::index_add', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_add', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_add.out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::index_add.out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::index_add.out', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_add.out', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_add_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::index_add_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::index_add_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_add_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_copy', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::index_copy', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::index_copy', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_copy', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_copy.out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::index_copy.out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::index_copy.out', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_copy.out', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_copy_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::index_copy_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::index_copy_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_copy_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::index_reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::index_reduce', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_reduce', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_reduce.out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::index_reduce.out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::index_reduce.out', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_reduce.out', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_reduce_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 15, 1),
+    ('aten::index_reduce_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::index_reduce_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::index_reduce_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 17, 1),
+    ('aten::max_pool3d_with_indices_backward', 'cnn3d_stem'): ('27-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 20, 1),
+    ('aten::max_pool3d_with_indices_backward.grad_input', 'cnn3d_stem'): ('27-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 20, 1),
+    ('aten::nll_loss2d_forward', 'segmentation'): ('2-bit keys: CUB onesweep 3 launches + 3 memsets, 4 tree levels', 14, 1),
+    ('aten::nll_loss2d_forward.output', 'segmentation'): ('2-bit keys: CUB onesweep 3 launches + 3 memsets, 4 tree levels', 14, 1),
+    ('aten::put_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::put_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::put_', 'last_writer'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::put_', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter.reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter.reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter.reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter.reduce', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter.reduce_out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter.reduce_out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter.reduce_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter.reduce_out', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter.src', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter.src', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter.src', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter.src', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter.src_out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter.src_out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter.src_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter.src_out', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter.value', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter.value', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter.value', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter.value', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter.value_out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter.value_out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter.value_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter.value_out', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter.value_reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter.value_reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter.value_reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter.value_reduce', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter.value_reduce_out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter.value_reduce_out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter.value_reduce_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter.value_reduce_out', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_.reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_.reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_.reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_.reduce', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_.src', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_.src', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_.src', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_.src', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_.value', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_.value', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_.value', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_.value', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_.value_reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_.value_reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_.value_reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_.value_reduce', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_add', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_add', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_add', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_add', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_add.out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_add.out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_add.out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_add.out', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_add_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_add_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_add_', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_add_', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_reduce.two', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_reduce.two', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_reduce.two', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_reduce.two', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_reduce.two_out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_reduce.two_out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_reduce.two_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_reduce.two_out', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_reduce_.two', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_reduce_.two', 'high_contention_mean'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_reduce_.two', 'high_contention_prod'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_reduce_.two', 'high_contention_sum'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 16, 1),
+    ('aten::scatter_reduce_.two', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_reduce_.two', 'hot_destination_mean'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_reduce_.two', 'hot_destination_prod'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_reduce_.two', 'hot_destination_sum'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 13, 1),
+    ('aten::scatter_reduce_.two', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_reduce_.two', 'low_contention_mean'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_reduce_.two', 'low_contention_prod'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_reduce_.two', 'low_contention_sum'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 18, 1),
+    ('aten::scatter_reduce_.two', 'message_passing'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_reduce_.two', 'message_passing_mean'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_reduce_.two', 'message_passing_prod'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+    ('aten::scatter_reduce_.two', 'message_passing_sum'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 5 tree levels', 19, 1),
+}
+
+
+def _small(call) -> bool:
+    return call["n"] <= SMALL_N and call["n"] * call["D"] <= SMALL_WORK
+
+
+def _misses(plan: P.Plan):
+    out = []
+    for c in plan.calls:
+        call, s = c.call, c.summary
+        if call["kind"] == "sort_reduce" and s["path"] != "empty":
+            if _small(call):
+                if s["launches"] > SMALL_MAX_LAUNCHES or s["allocations"] > MID_MAX_ALLOCATIONS:
+                    out.append(f"small sort_reduce n={call['n']}: {s['launches']} launches")
+            elif s["stream_ops"] > MID_MAX_STREAM_OPS or s["allocations"] > MID_MAX_ALLOCATIONS:
+                out.append(f"sort_reduce n={call['n']} keys={call['num_keys']} D={call['D']}: "
+                           f"{s['stream_ops']} stream ops, {s['allocations']} allocations")
+        elif call["kind"] == "for_each" and s["launches"] != GATHER_LAUNCHES:
+            out.append(f"for_each n={call['n']}: {s['launches']} launches")
+    return out
+
+
+def test_model_counts_a_mid_size_call():
+    s = P.summarize("sort_reduce", n=1 << 20, num_keys=1000, D=16, acc_bytes=4, key_bytes=4)
+    assert s["path"] == "multi" and s["sort_bits"] == 10 and s["levels"] == 3
+    # CUB's onesweep radix sort, 2 passes of 8 bits: 2 memsets + histogram + exclusive sum, then per pass a
+    # memset and a onesweep kernel; the key kernel, the segment scan (2), level 0 and 3 levels.
+    assert s["memsets"] == 4 and s["launches"] == 1 + 4 + 2 + 1 + 3 and s["allocations"] == 1
+    assert s["stream_ops"] == s["launches"] + s["memsets"]
+    assert s["workspace_bytes"] > (1 << 20) * 8 and s["bytes_moved"] > (1 << 20) * 16 * 4
+
+
+def test_model_counts_gathers_counts_and_empty_calls():
+    assert P.summarize("for_each", n=100)["launches"] == 1
+    assert P.summarize("for_each", n=100)["allocations"] == 0
+    assert P.summarize("count", n=100, num_keys=7, key_bytes=8)["launches"] == 1
+    empty = P.summarize("sort_reduce", n=0, num_keys=5, D=3, acc_bytes=4, key_bytes=4)
+    assert empty["path"] == "empty" and empty["launches"] == 0 and empty["allocations"] == 0
+    wide = P.summarize("sort_reduce", n=1000, num_keys=1 << 33, D=1, acc_bytes=8, key_bytes=8)
+    assert wide["sort_bits"] == 34
+
+
+def test_bad_calls_are_rejected():
+    with pytest.raises(RuntimeError, match="an engine call is"):
+        torch.ops.detops._plan_summary([0, 1, 2])
+
+
+def test_recorder_sees_the_engine_calls_of_a_twin():
+    self_ = torch.zeros(7, 3)
+    index = torch.tensor([0, 2, 2, 6, 1])
+    plan = P.plan_summary(torch.ops.detops.index_add, self_, 0, index, torch.ones(5, 3))
+    assert [c.call for c in plan.calls] == [
+        {"kind": "sort_reduce", "n": 5, "num_keys": 7, "D": 3, "acc_bytes": 4, "key_bytes": 4}]
+    assert plan.totals["launches"] == plan.calls[0].summary["launches"]
+    # Recording is off again: nothing is recorded outside plan_summary.
+    torch.ops.detops.index_add(self_, 0, index, torch.ones(5, 3))
+    assert P.plan_summary(lambda: None).calls == []
+
+
+def test_plan_only_skips_the_arithmetic_not_the_checks():
+    self_ = torch.zeros(7, 3)
+    index = torch.tensor([0, 2, 2, 6, 1])
+    plan = P.plan_summary(torch.ops.detops.index_add_, self_, 0, index, torch.ones(5, 3), plan_only=True)
+    assert len(plan.calls) == 1 and bool((self_ == 0).all())
+    with pytest.raises((IndexError, RuntimeError), match="index_add_"):
+        P.plan_summary(torch.ops.detops.index_add_, self_, 0, torch.tensor([0, 9]), torch.ones(2, 3), plan_only=True)
+    # Recording stopped after the error, and the arithmetic runs again.
+    torch.ops.detops.index_add_(self_, 0, index, torch.ones(5, 3))
+    assert self_.sum().item() == 15.0
+
+
+def test_recording_is_per_thread():
+    import threading
+
+    seen = []
+
+    def other():
+        seen.append(P.plan_summary(torch.ops.detops.index_add, torch.zeros(3, 1), 0, torch.tensor([1]),
+                                   torch.ones(1, 1)).calls)
+
+    torch.ops.detops._plan_start(False)
+    try:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    finally:
+        mine = torch.ops.detops._plan_stop()
+    assert len(seen[0]) == 1 and list(mine) == []
+
+
+def test_small_calls_take_one_launch_and_both_paths_agree_on_the_rest():
+    small = P.summarize("sort_reduce", n=SMALL_N, num_keys=3, D=SMALL_WORK // SMALL_N, acc_bytes=4, key_bytes=4)
+    assert small["path"] == "single_block" and small["launches"] == 1 and small["memsets"] == 0
+    assert small["allocations"] == 1 and small["levels"] == 2
+    wider = P.summarize("sort_reduce", n=SMALL_N, num_keys=3, D=SMALL_WORK // SMALL_N + 1, acc_bytes=4, key_bytes=4)
+    more = P.summarize("sort_reduce", n=SMALL_N + 1, num_keys=3, D=1, acc_bytes=4, key_bytes=4)
+    assert wider["path"] == more["path"] == "multi"
+
+
+def test_the_sanitized_shapes_reach_both_paths():
+    """scripts/sanitize_cases.py runs the small shapes under compute-sanitizer: both CUDA paths must be there."""
+    paths = set()
+    for case in C.cases():
+        plan = P.case_plan(case, full=False)
+        paths |= {c.summary["path"] for c in plan.calls if c.call["kind"] == "sort_reduce"}
+    assert {"single_block", "multi"} <= paths
+
+
+@pytest.mark.parametrize("case", C.cases(), ids=lambda c: f"{c.op}/{c.shape}")
+def test_targets_at_the_gpu_shapes(case):
+    plan = P.case_plan(case, full=True)
+    misses = _misses(plan)
+    key = (case.op, case.shape)
+    worst_ops = max((c.summary["stream_ops"] for c in plan.calls), default=0)
+    worst_allocs = max((c.summary["allocations"] for c in plan.calls), default=0)
+    if key in KNOWN_MISSES:
+        reason, max_ops, max_allocs = KNOWN_MISSES[key]
+        if not any(c.call["kind"] == "sort_reduce" and c.call["n"] > 0 and not _small(c.call) for c in plan.calls):
+            pytest.skip(f"{key}: the CPU twin no longer makes the mid-size sort-reduce call the CUDA kernel makes "
+                        "(a CPU-only path), so its CUDA plan is not visible here")
+        assert misses, f"{key} meets the targets now: remove it from KNOWN_MISSES"
+        assert worst_ops <= max_ops and worst_allocs <= max_allocs, (
+            f"{key} got worse: {worst_ops} stream ops, {worst_allocs} allocations per call ({reason})")
+    else:
+        assert not misses, f"{case.op}/{case.shape}: {misses}"
