@@ -11,8 +11,8 @@
 //   bicubic        x offset i = -1..2 outer, y offset j = -1..2 inner (16 taps)
 //   nearest        one tap
 // - grad_grid: one writer per grid point, which walks its contributions itself (channels ascending, taps in
-//   the order above) and folds them with the contract's tree (StreamingTree), starting from 0, then
-//   multiplies by the coordinate's multiplier as stock does.
+//   the order above) and folds them with the contract's tree (the form the host picks from C * taps),
+//   starting from 0, then multiplies by the coordinate's multiplier as stock does.
 // - grad_input: a first pass stores each (grid point, tap) pair's destination pixel (N, [z,] y, x), or
 //   kSkipKey for a tap outside the input, and its weight; the sort-reduce engine then sums, per pixel and
 //   channel (the engine's D columns), weight * grad_output in source order: grid points ascending, then taps.
@@ -228,8 +228,9 @@ inline GridFold grid_fold_for(int64_t contributions) {
 }  // namespace grid
 
 // One thread (CUDA) or loop iteration (CPU) per grid point p (row-major over N, [D,] H, W): grad_grid[p],
-// and, when tap_keys is set, the key and weight of each of its taps.
-template <typename scalar_t>
+// and, when tap_keys is set, the key and weight of each of its taps. Tree: the form of the contract's tree
+// the host picked for grad_grid (one form per kernel, so each kernel holds only its own).
+template <typename scalar_t, typename Tree = StreamingTree<acc_type<scalar_t>>>
 struct GridBackwardOp {
   using acc_t = acc_type<scalar_t>;
   const scalar_t* input;        // contiguous [N, C, in plane]
@@ -239,7 +240,6 @@ struct GridBackwardOp {
   int64_t* tap_keys;            // [N * out plane * taps] or null (input gradient not asked for)
   acc_t* tap_weights;           // same length
   GridGeom g;
-  grid::GridFold fold;
 
   // Records tap t of grid point p: pixel (z, y, x) of batch n with weight w, or kSkipKey outside the input.
   C10_HOST_DEVICE void tap(int64_t p, int t, int64_t n, int64_t z, int64_t y, int64_t x, acc_t w) const {
@@ -259,27 +259,15 @@ struct GridBackwardOp {
     const int64_t sp = p - n * S;
     const scalar_t* coords = grid + p * g.dims;
     scalar_t* out = grad_grid + p * g.dims;
-    if (fold == grid::GridFold::Block) {
-      point<BlockFold<acc_t>>(p, n, sp, coords, out);
-    } else if (fold == grid::GridFold::TwoLevel) {
-      point<TwoLevelTree<acc_t>>(p, n, sp, coords, out);
-    } else {
-      point<StreamingTree<acc_t>>(p, n, sp, coords, out);
-    }
-  }
-
-  template <typename Tree>
-  C10_HOST_DEVICE void point(int64_t p, int64_t n, int64_t sp, const scalar_t* coords, scalar_t* out) const {
     if (g.interpolation == kGridBicubic) {
-      bicubic<Tree>(p, n, sp, coords, out);
+      bicubic(p, n, sp, coords, out);
     } else if (g.dims == 2) {
-      planar<Tree>(p, n, sp, coords, out);
+      planar(p, n, sp, coords, out);
     } else {
-      volumetric<Tree>(p, n, sp, coords, out);
+      volumetric(p, n, sp, coords, out);
     }
   }
 
-  template <typename Tree>
   C10_HOST_DEVICE void planar(int64_t p, int64_t n, int64_t sp, const scalar_t* coords, scalar_t* out) const {
     acc_t mx, my;
     const acc_t ix = grid::source_index(to_acc(coords[0]), g.in[2], g.padding, g.align_corners, &mx);
@@ -335,7 +323,6 @@ struct GridBackwardOp {
     out[1] = round_to<scalar_t>(my * gy.total());
   }
 
-  template <typename Tree>
   C10_HOST_DEVICE void volumetric(int64_t p, int64_t n, int64_t sp, const scalar_t* coords, scalar_t* out) const {
     acc_t mx, my, mz;
     const acc_t ix = grid::source_index(to_acc(coords[0]), g.in[2], g.padding, g.align_corners, &mx);
@@ -387,7 +374,6 @@ struct GridBackwardOp {
     out[2] = round_to<scalar_t>(mz * gz.total());
   }
 
-  template <typename Tree>
   C10_HOST_DEVICE void bicubic(int64_t p, int64_t n, int64_t sp, const scalar_t* coords, scalar_t* out) const {
     // NB: as stock, the multipliers are the unnormalisation's only: the padding is applied per tap.
     acc_t mx, my;
@@ -528,25 +514,36 @@ void grid_sampler_backward_compute(const GridGeom& g, const at::Tensor& grad_out
     const bool want_input = grad_input.defined() && g.C > 0;
     const int64_t n = points * g.taps();
     at::Tensor keys, weights;
-    GridBackwardOp<scalar_t> op;
-    op.input = input.const_data_ptr<scalar_t>();
-    op.grid = grid.const_data_ptr<scalar_t>();
-    op.grad_output = grad_output.const_data_ptr<scalar_t>();
-    op.grad_grid = grad_grid.data_ptr<scalar_t>();
-    op.tap_keys = nullptr;
-    op.tap_weights = nullptr;
-    op.g = g;
-    op.fold = fold.value_or(grid::grid_fold_for(g.C * g.taps()));
+    int64_t* tap_keys = nullptr;
+    acc_t* tap_weights = nullptr;
     if (want_input) {
       keys = at::empty({n}, input.options().dtype(at::kLong));
       weights = at::empty({n}, input.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-      op.tap_keys = keys.data_ptr<int64_t>();
-      op.tap_weights = weights.data_ptr<acc_t>();
+      tap_keys = keys.data_ptr<int64_t>();
+      tap_weights = weights.data_ptr<acc_t>();
     }
-    Engine::for_each(op, points);
+    const auto grad_grid_pass = [&](auto tree) {
+      GridBackwardOp<scalar_t, decltype(tree)> op;
+      op.input = input.const_data_ptr<scalar_t>();
+      op.grid = grid.const_data_ptr<scalar_t>();
+      op.grad_output = grad_output.const_data_ptr<scalar_t>();
+      op.grad_grid = grad_grid.data_ptr<scalar_t>();
+      op.tap_keys = tap_keys;
+      op.tap_weights = tap_weights;
+      op.g = g;
+      Engine::for_each(op, points);
+    };
+    const grid::GridFold form = fold.value_or(grid::grid_fold_for(g.C * g.taps()));
+    if (form == grid::GridFold::Block) {
+      grad_grid_pass(BlockFold<acc_t>());
+    } else if (form == grid::GridFold::TwoLevel) {
+      grad_grid_pass(TwoLevelTree<acc_t>());
+    } else {
+      grad_grid_pass(StreamingTree<acc_t>());
+    }
     if (!want_input) return;
-    GridInputGradOp<scalar_t> in_op{op.tap_keys, op.tap_weights, op.grad_output, grad_input.data_ptr<scalar_t>(),
-                                    g.taps(), g.C, g.out_plane(), g.in_plane()};
+    GridInputGradOp<scalar_t> in_op{tap_keys, tap_weights, grad_output.const_data_ptr<scalar_t>(),
+                                    grad_input.data_ptr<scalar_t>(), g.taps(), g.C, g.out_plane(), g.in_plane()};
     if constexpr (kStreaming) {
       if (streaming && grid_input_grad_streaming_cpu(in_op, n, g.N * g.in_plane())) return;
     }

@@ -314,10 +314,11 @@ inline bool upsample_aa_fits_int32(const at::Tensor& grad_in, const at::Tensor& 
   return grad_in.numel() < kMax && grad_out.numel() < kMax;
 }
 
-// The CPU's ways through one call: Planes (the default: one (y, x) position per iteration, the planes
-// folded side by side as lanes), or the CUDA kernel's one element per index with 32-bit or 64-bit index
-// math. All give the same bits (tests/cpp/test_cpu_paths.cpp).
-enum class AaPath : int { Planes = 0, Elements32 = 1, Elements64 = 2 };
+// The CPU's ways through one call: Planes (one (y, x) position per iteration, the planes folded side by side
+// as lanes), Columns (groups of columns with the same outputs, times the planes, side by side), Auto
+// (Columns where the columns form groups of four or more on average, else Planes), or the CUDA kernel's one
+// element per index with 32-bit or 64-bit index math. All give the same bits (tests/cpp/test_cpu_paths.cpp).
+enum class AaPath : int { Auto = 0, Planes = 1, Columns = 2, Elements32 = 3, Elements64 = 4 };
 
 // One (y, x) position per iteration, up to kLanes planes at a time as lanes: the same contributions in the
 // same order for every plane (up to kBlock * kBlock of them, the two-level tree with shared counters),
@@ -382,6 +383,99 @@ void upsample_aa_backward_planes(const UpsampleAaBackwardOp<scalar_t>& op, int64
   });
 }
 
+// Consecutive columns x whose lists name the same outputs (downsampling: several inputs per window), at
+// most kColumnLanes of them: the first x of each group, then iw.
+template <typename acc_t>
+std::vector<int64_t> aa_column_groups(const AaAxisTable<acc_t>& cols, int64_t iw, int64_t width) {
+  std::vector<int64_t> first;
+  int64_t x0 = 0;
+  for (int64_t x = 0; x < iw; ++x) {
+    const int64_t len = cols.start[x + 1] - cols.start[x];
+    bool same = x > 0 && x - x0 < width && len == cols.start[x0 + 1] - cols.start[x0];
+    for (int64_t j = 0; same && j < len; ++j) same = cols.out[cols.start[x] + j] == cols.out[cols.start[x0] + j];
+    if (!same) {
+      first.push_back(x);
+      x0 = x;
+    }
+  }
+  first.push_back(iw);
+  return first;
+}
+
+// One (group of planes, y) row per step and, along it, groups of columns whose lists name the same outputs:
+// the planes times the group's columns folded side by side (for each contribution the weights of the
+// columns are formed once, grad_output's value once per plane). NB: every lane's operations are the
+// per-element code's, in source order (BlockFold / TwoLevelTree pushes, shared counters).
+template <typename scalar_t>
+void upsample_aa_backward_columns(const UpsampleAaBackwardOp<scalar_t>& op, int64_t planes, int64_t longest) {
+  using acc_t = acc_type<scalar_t>;
+  constexpr int64_t kPlanes = 16, kWidth = 16;
+  const int64_t in_plane = op.ih * op.iw, out_plane = op.oh * op.ow;
+  const int64_t groups = (planes + kPlanes - 1) / kPlanes;
+  const std::vector<int64_t> first = aa_column_groups(op.cols, op.iw, kWidth);
+  const int64_t grain =
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(1, std::min(planes, kPlanes) * longest * op.iw));
+  at::parallel_for(0, groups * op.ih, grain, [&](int64_t begin, int64_t end) {
+    acc_t block[kPlanes][kWidth], top[kPlanes][kWidth], w[kWidth];
+    for (int64_t gy = begin; gy < end; ++gy) {
+      const int64_t g = gy / op.ih, y = gy - g * op.ih;
+      const int64_t p0 = g * kPlanes, P = std::min(kPlanes, planes - p0);
+      const int64_t a0 = op.rows.start[y], a1 = op.rows.start[y + 1];
+      for (size_t k = 0; k + 1 < first.size(); ++k) {
+        const int64_t x0 = first[k], W = first[k + 1] - x0;
+        const int64_t b0 = op.cols.start[x0], len = op.cols.start[x0 + 1] - b0;
+        const int64_t total = (a1 - a0) * len;
+        scalar_t* out = op.grad_in + p0 * in_plane + y * op.iw + x0;
+        if (total > kBlock * kBlock) {
+          for (int64_t p = 0; p < P; ++p) {
+            for (int64_t l = 0; l < W; ++l) op.element(p0 + p, y, x0 + l, (p0 + p) * in_plane + y * op.iw + x0 + l);
+          }
+          continue;
+        }
+        if (total == 0) {
+          for (int64_t p = 0; p < P; ++p) {
+            for (int64_t l = 0; l < W; ++l) out[p * in_plane + l] = round_to<scalar_t>(acc_t(0));
+          }
+          continue;
+        }
+        int in_block = 0;
+        bool any_top = false;
+        for (int64_t a = a0; a < a1; ++a) {
+          const acc_t wy = op.rows.w[a];
+          const scalar_t* row = op.grad_out + p0 * out_plane + op.rows.out[a] * op.ow;
+          for (int64_t j = 0; j < len; ++j) {
+            // Column x0 + l's j-th weight sits at start[x0 + l] + j = b0 + l * len + j.
+            for (int64_t l = 0; l < W; ++l) w[l] = mul_rn(op.cols.w[b0 + l * len + j], wy);
+            const scalar_t* src = row + op.cols.out[b0 + j];
+            for (int64_t p = 0; p < P; ++p) {
+              const acc_t v = to_acc(src[p * out_plane]);
+              acc_t* bl = block[p];
+              if (in_block == 0) {
+                for (int64_t l = 0; l < W; ++l) bl[l] = mul_rn(w[l], v);
+              } else {
+                for (int64_t l = 0; l < W; ++l) bl[l] = add_rn(bl[l], mul_rn(w[l], v));
+              }
+            }
+            if (++in_block == kBlock) {
+              for (int64_t p = 0; p < P; ++p) {
+                for (int64_t l = 0; l < W; ++l) top[p][l] = any_top ? add_rn(top[p][l], block[p][l]) : block[p][l];
+              }
+              any_top = true;
+              in_block = 0;
+            }
+          }
+        }
+        for (int64_t p = 0; p < P; ++p) {
+          for (int64_t l = 0; l < W; ++l) {
+            const acc_t sum = in_block == 0 ? top[p][l] : (any_top ? add_rn(top[p][l], block[p][l]) : block[p][l]);
+            out[p * in_plane + l] = round_to<scalar_t>(add_rn(acc_t(0), sum));
+          }
+        }
+      }
+    }
+  });
+}
+
 template <typename scalar_t, typename index_t>
 void upsample_aa_backward_elements_cpu(const UpsampleAaBackwardOp<scalar_t>& op, int64_t n) {
   const UpsampleAaElementOp<scalar_t, index_t> e(op);
@@ -393,15 +487,18 @@ void upsample_aa_backward_elements_cpu(const UpsampleAaBackwardOp<scalar_t>& op,
 // The CPU computation: every element of grad_in (contiguous [N, C, IH, IW]) gathers its contributions from
 // grad_out (contiguous [N, C, OH, OW]).
 inline void upsample_aa_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const UpsampleAaTables& t,
-                                     AaPath path = AaPath::Planes) {
+                                     AaPath path = AaPath::Auto) {
   const int64_t n = grad_in.numel();
   if (n == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_upsample_aa_backward", [&] {
     const auto op = make_upsample_aa_backward_op<scalar_t>(grad_in, grad_out, t);
     if (path == AaPath::Elements32 && upsample_aa_fits_int32(grad_in, grad_out)) {
       upsample_aa_backward_elements_cpu<scalar_t, int32_t>(op, n);
-    } else if (path != AaPath::Planes) {
+    } else if (path == AaPath::Elements32 || path == AaPath::Elements64) {
       upsample_aa_backward_elements_cpu<scalar_t, int64_t>(op, n);
+    } else if (path == AaPath::Columns ||
+               (path == AaPath::Auto && 4 * (aa_column_groups(op.cols, op.iw, 16).size() - 1) <= size_t(op.iw))) {
+      upsample_aa_backward_columns(op, n / (op.ih * op.iw), t.longest);
     } else {
       upsample_aa_backward_planes(op, n / (op.ih * op.iw), t.longest);
     }

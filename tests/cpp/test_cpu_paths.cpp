@@ -96,7 +96,7 @@ void expect_aa_paths_agree(int64_t planes, int64_t ih, int64_t iw, int64_t oh, i
           ? detops::build_aa_tables<double>(filter, ih, iw, oh, ow, align_corners, {}, {}, go.device())
           : detops::build_aa_tables<float>(filter, ih, iw, oh, ow, align_corners, {}, {}, go.device());
   at::Tensor reference;
-  for (AaPath path : {AaPath::Planes, AaPath::Elements32, AaPath::Elements64}) {
+  for (AaPath path : {AaPath::Auto, AaPath::Planes, AaPath::Columns, AaPath::Elements32, AaPath::Elements64}) {
     at::Tensor gi = at::empty({planes, 1, ih, iw}, go.options());
     detops::upsample_aa_backward_cpu(gi, go, t, path);
     if (!reference.defined()) {
@@ -117,6 +117,7 @@ TEST(CpuPaths, AntialiasedUpsamplePathsGiveTheSameBits) {
         expect_aa_paths_agree(3, 64, 64, 8, 8, filter, ac, dtype);
         expect_aa_paths_agree(2, 8, 8, 32, 32, filter, ac, dtype);
         expect_aa_paths_agree(70, 17, 23, 7, 40, filter, ac, dtype);
+        expect_aa_paths_agree(37, 50, 203, 9, 11, filter, ac, dtype);
         expect_aa_paths_agree(2, 3, 2, 100, 90, filter, ac, dtype);
       }
     }
