@@ -1,7 +1,11 @@
-// The sort-reduce engine, CPU path. Same plan as the CUDA engine (cuda/sort_reduce.cuh): stable sort of
-// (destination key, source position), segments of equal keys, the contract's fixed tree per segment and
-// column (docs/order_contract.md). Parallel over segments only, so the bits do not depend on the number
-// of threads.
+// The sort-reduce engine, CPU path. The contract's fixed tree (docs/order_contract.md) for every destination
+// key and column, built in one pass over the contributions in source order: level 0 of each key lives in
+// dense arrays (its open block's running fold and the key's contribution count), and the rare keys with more
+// than kBlock contributions keep their higher levels in a side table, exactly as StreamingTree does
+// (ops/contract.h). No sort and no permutation: O(n * D + num_keys) memory traffic. With several threads,
+// each takes a range of keys (or of columns, for wide rows) and builds it alone in source order, so the bits
+// do not depend on the number of threads. The sort-based plan of the CUDA engine (stable sort of (key,
+// position), segments, tree per segment) stays here as reference_sort_reduce for tests.
 #pragma once
 
 #include "ops/contract.h"
@@ -9,9 +13,11 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -23,11 +29,29 @@ std::vector<int64_t> stable_sort_by_key(const std::vector<int64_t>& keys, int64_
 // Start offsets of runs of equal keys in `sorted` (plus a final n).
 std::vector<int64_t> segment_starts(const std::vector<int64_t>& keys, const std::vector<int64_t>& perm);
 
-// Op provides: key(i) -> destination in [0, num_keys) (already validated by the front end) or kSkipKey
-// (dropped), contribution(i, c) -> acc_t, finalize(key, c, acc_t), and optionally a Combine type (default
-// AddRn, combine_of_t in ops/contract.h). i is the source position, c a column of D.
+// A scratch buffer of at least `bytes` bytes, uninitialised, reused across calls on the same thread (no
+// allocation and no page faults for repeated calls of one shape).
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T>
+  T* as() const {
+    return reinterpret_cast<T*>(data_);
+  }
+
+ private:
+  char* data_;
+  size_t size_;
+};
+
+// The sort-based plan (the CUDA engine's, and this engine's before the streaming pass): stable sort of the
+// positions by key, segments of equal keys, tree_reduce per segment and column. Same bits as sort_reduce;
+// kept for tests that compare the two.
 template <typename acc_t, typename Op>
-void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
+void reference_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   if (n == 0 || D == 0) return;
   std::vector<int64_t> keys(n);
   bool any_skipped = false;
@@ -57,6 +81,358 @@ void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
       }
     }
   });
+}
+
+namespace detail {
+
+// The contract's tree above level 0 for one key with more than kBlock contributions, all columns at once:
+// the open block of each level (its running fold per column), how many items it holds and how many the level
+// ever received. Same push()/finish() as StreamingTree (ops/contract.h), with level 0 kept by the caller.
+template <typename acc_t, typename Combine>
+class UpperLevels {
+ public:
+  static constexpr int kLevels = 14;  // kBlock^14 > 2^64: any count of contributions
+
+  explicit UpperLevels(int64_t D) : D_(D) {}
+
+  // Pushes one item to `level` >= 1, carrying full blocks upwards: the D values at `v`, or (v null) the
+  // fold of level - 1's block.
+  void push(int64_t entry, int level, const acc_t* v) {
+    while (true) {
+      acc_t* s = level_sums(entry, level);  // may grow pool_: pointers into it are taken after
+      if (v == nullptr) v = pool_.data() + entries_[entry].offset[level - 1];
+      Entry& e = entries_[entry];
+      if (e.count[level] == 0) {
+        std::copy(v, v + D_, s);
+      } else {
+        for (int64_t c = 0; c < D_; ++c) s[c] = Combine()(s[c], v[c]);
+      }
+      ++e.pushed[level];
+      if (++e.count[level] < kBlock) return;
+      e.count[level] = 0;  // a full block: its fold is one item of the next level
+      v = nullptr;
+      ++level;
+    }
+  }
+
+  // StreamingTree::finish over a key whose level 0 received `total` > kBlock items and holds the fold
+  // `open` of its last, partial block (if total % kBlock != 0). Returns the D totals.
+  const acc_t* finish(int64_t entry, int64_t total, const acc_t* open) {
+    if (total % kBlock != 0) push(entry, 1, open);
+    for (int level = 1;; ++level) {
+      Entry& e = entries_[entry];
+      if (e.count[level] > 0) {
+        if (e.pushed[level] <= kBlock) return level_sums(entry, level);
+        e.count[level] = 0;
+        push(entry, level + 1, nullptr);
+      }
+    }
+  }
+
+  int64_t add_entry() {
+    entries_.emplace_back();
+    return static_cast<int64_t>(entries_.size()) - 1;
+  }
+
+ private:
+  struct Entry {
+    int count[kLevels] = {};
+    int64_t pushed[kLevels] = {};
+    int64_t offset[kLevels];  // of each level's D sums in pool_, once reached
+    int reached = 0;          // levels [1, reached] have sums in pool_
+  };
+
+  acc_t* level_sums(int64_t entry, int level) {
+    Entry& e = entries_[entry];
+    while (e.reached < level) {
+      e.offset[++e.reached] = static_cast<int64_t>(pool_.size());
+      pool_.resize(pool_.size() + static_cast<size_t>(D_));
+    }
+    return pool_.data() + e.offset[level];
+  }
+
+  int64_t D_;
+  std::vector<Entry> entries_;
+  std::vector<acc_t> pool_;
+};
+
+// One column (D == 1), keys [key_lo, key_lo + num_keys): each key's level 0 (its open block's fold and its
+// count of contributions) side by side in one dense array; one pass in source order, then every key that
+// received a contribution is finalized in increasing key order.
+template <typename acc_t, typename Op>
+class ColumnReducer {
+ public:
+  using Combine = combine_of_t<Op>;
+  struct Level0 {
+    acc_t sum;
+    uint32_t count;
+  };
+
+  ColumnReducer(const Op& op, int64_t key_lo, int64_t num_keys)
+      : op_(op),
+        key_lo_(key_lo),
+        num_keys_(num_keys),
+        scratch_(static_cast<size_t>(num_keys) * sizeof(Level0)),
+        level0_(scratch_.as<Level0>()),
+        upper_(1) {
+    std::memset(static_cast<void*>(level0_), 0, static_cast<size_t>(num_keys) * sizeof(Level0));
+  }
+
+  // Contribution i to key key_lo + k; called in increasing i.
+  void add(int64_t i, int64_t k) {
+    Level0& z = level0_[k];
+    const acc_t v = op_.contribution(i, 0);
+    // NB: level 0 of the contract: a key's contributions in source order, folded left to right in blocks of
+    // kBlock; a block starts from its first item.
+    z.sum = z.count % kBlock == 0 ? v : Combine()(z.sum, v);
+    if (++z.count % kBlock == 0) push_block(k);
+  }
+
+  void finish() {
+    for (int64_t k = 0; k < num_keys_; ++k) {
+      const Level0& z = level0_[k];
+      if (z.count == 0) continue;
+      const acc_t total = z.count <= static_cast<uint32_t>(kBlock) ? z.sum : *upper_.finish(upper_of_[k], z.count, &z.sum);
+      op_.finalize(key_lo_ + k, 0, total);
+    }
+  }
+
+ private:
+  void push_block(int64_t k) {
+    if (upper_of_.empty()) upper_of_.assign(static_cast<size_t>(num_keys_), -1);
+    if (upper_of_[k] < 0) upper_of_[k] = upper_.add_entry();
+    upper_.push(upper_of_[k], 1, &level0_[k].sum);
+  }
+
+  const Op& op_;
+  int64_t key_lo_;
+  int64_t num_keys_;
+  Scratch scratch_;
+  Level0* level0_;
+  UpperLevels<acc_t, Combine> upper_;
+  std::vector<int64_t> upper_of_;  // key -> entry of upper_, sized on the first full block
+};
+
+// Rows (D > 1), keys [key_lo, key_lo + num_keys), columns [col_lo, col_lo + cols). Two passes in source
+// order: the first counts each key's contributions; the second finalizes a key of one contribution from it
+// directly, and folds the others in a row of scratch (a slot) taken at the key's first contribution and
+// given back at its last, when the key is finalized. Scratch holds only the keys open at one time.
+template <typename acc_t, typename Op>
+class RowReducer {
+ public:
+  using Combine = combine_of_t<Op>;
+
+  RowReducer(const Op& op, int64_t key_lo, int64_t num_keys, int64_t col_lo, int64_t cols)
+      : op_(op),
+        key_lo_(key_lo),
+        num_keys_(num_keys),
+        col_lo_(col_lo),
+        cols_(cols),
+        count_scratch_(static_cast<size_t>(num_keys) * sizeof(uint32_t)),
+        count_(count_scratch_.as<uint32_t>()),
+        upper_(cols) {
+    std::memset(count_, 0, static_cast<size_t>(num_keys) * sizeof(uint32_t));
+  }
+
+  // keys[i]: the key of contribution i relative to key_lo, or negative (not this range's, or dropped).
+  void run(const int64_t* keys, int64_t n) {
+    int64_t shared = 0;  // keys of two or more contributions
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = keys[i];
+      if (k >= 0) shared += ++count_[k] == 2;
+    }
+    Scratch slot_scratch(static_cast<size_t>(shared * cols_) * sizeof(acc_t) + 1);
+    Scratch state_scratch(static_cast<size_t>(shared) * sizeof(SlotState) + 1);
+    sums_ = slot_scratch.as<acc_t>();
+    state_ = state_scratch.as<SlotState>();
+    free_.clear();
+    num_slots_ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = keys[i];
+      if (k < 0) continue;
+      const uint32_t v = count_[k];
+      if (v == 1) {
+        for (int64_t c = 0; c < cols_; ++c) op_.finalize(key_lo_ + k, col_lo_ + c, op_.contribution(i, col_lo_ + c));
+        continue;
+      }
+      uint32_t slot;
+      if (v & kOpen) {
+        slot = v & ~kOpen;
+      } else {
+        slot = take_slot();
+        count_[k] = slot | kOpen;
+        state_[slot] = {v, 0, -1};
+      }
+      add(i, k, slot);
+    }
+  }
+
+ private:
+  static constexpr uint32_t kOpen = 0x80000000u;  // count_[k] holds the slot of an open key
+  struct SlotState {
+    uint32_t total;  // contributions of the key
+    uint32_t seen;   // folded so far
+    int64_t upper;   // entry of upper_, or -1
+  };
+
+  uint32_t take_slot() {
+    if (!free_.empty()) {
+      const uint32_t slot = free_.back();
+      free_.pop_back();
+      return slot;
+    }
+    return num_slots_++;
+  }
+
+  void add(int64_t i, int64_t k, uint32_t slot) {
+    SlotState& st = state_[slot];
+    acc_t* s = sums_ + static_cast<int64_t>(slot) * cols_;
+    // NB: level 0 of the contract, as ColumnReducer::add.
+    if (st.seen % kBlock == 0) {
+      for (int64_t c = 0; c < cols_; ++c) s[c] = op_.contribution(i, col_lo_ + c);
+    } else {
+      for (int64_t c = 0; c < cols_; ++c) s[c] = Combine()(s[c], op_.contribution(i, col_lo_ + c));
+    }
+    ++st.seen;
+    if (st.seen % kBlock == 0) {
+      if (st.upper < 0) st.upper = upper_.add_entry();
+      upper_.push(st.upper, 1, s);
+    }
+    if (st.seen < st.total) return;
+    const acc_t* total = st.total <= static_cast<uint32_t>(kBlock) ? s : upper_.finish(st.upper, st.total, s);
+    for (int64_t c = 0; c < cols_; ++c) op_.finalize(key_lo_ + k, col_lo_ + c, total[c]);
+    free_.push_back(slot);
+  }
+
+  const Op& op_;
+  int64_t key_lo_;
+  int64_t num_keys_;
+  int64_t col_lo_;
+  int64_t cols_;
+  Scratch count_scratch_;
+  uint32_t* count_;
+  acc_t* sums_ = nullptr;
+  SlotState* state_ = nullptr;
+  std::vector<uint32_t> free_;
+  uint32_t num_slots_ = 0;
+  UpperLevels<acc_t, Combine> upper_;
+};
+
+// An op whose keys are indices into a sorted table of the keys that occur (a sparse key space), forwarding
+// everything else to the original op.
+template <typename Op>
+struct CompactKeysOp {
+  using Combine = combine_of_t<Op>;
+  const Op& op;
+  const int64_t* compact;  // per contribution: index into `table`, or kSkipKey
+  const int64_t* table;
+
+  int64_t key(int64_t i) const { return compact[i]; }
+  auto contribution(int64_t i, int64_t c) const { return op.contribution(i, c); }
+  template <typename acc_t>
+  void finalize(int64_t k, int64_t c, acc_t total) const {
+    op.finalize(table[k], c, total);
+  }
+};
+
+// Work below this many (contribution, column) pairs runs on the calling thread alone.
+constexpr int64_t kParallelGrain = 1 << 16;
+
+// The dense plan: num_keys is small enough for per-key arrays.
+template <typename acc_t, typename Op>
+void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
+  const int threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  const bool parallel = threads > 1 && n * D >= kParallelGrain;
+  if (!parallel && D == 1) {
+    ColumnReducer<acc_t, Op> r(op, 0, num_keys);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = op.key(i);
+      // NB: kSkipKey is dropped; so is an invalid key (the front ends validate indices on the CPU path).
+      if (k >= 0 && k < num_keys) r.add(i, k);
+    }
+    r.finish();
+    return;
+  }
+  // Keys once (in parallel: key() is pure), -1 for a dropped contribution.
+  Scratch key_scratch(static_cast<size_t>(n) * sizeof(int64_t));
+  int64_t* keys = key_scratch.as<int64_t>();
+  const auto make_keys = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t k = op.key(i);
+      keys[i] = (k >= 0 && k < num_keys) ? k : -1;
+    }
+  };
+  if (!parallel) {
+    make_keys(0, n);
+    RowReducer<acc_t, Op>(op, 0, num_keys, 0, D).run(keys, n);
+    return;
+  }
+  at::parallel_for(0, n, 4096, make_keys);
+  const int64_t parts = threads;
+  const bool by_columns = D >= 8 * parts;
+  // NB: each (key, column) is built by one thread over all of its contributions in source order; the split
+  // decides only which thread, so the bits are the same at any thread count.
+  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      if (by_columns) {
+        const int64_t lo = D * p / parts, hi = D * (p + 1) / parts;
+        if (lo < hi) RowReducer<acc_t, Op>(op, 0, num_keys, lo, hi - lo).run(keys, n);
+        continue;
+      }
+      const int64_t lo = num_keys * p / parts, hi = num_keys * (p + 1) / parts;
+      if (lo == hi) continue;
+      if (D == 1) {
+        ColumnReducer<acc_t, Op> r(op, lo, hi - lo);
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t k = keys[i];
+          if (k >= lo && k < hi) r.add(i, k - lo);
+        }
+        r.finish();
+      } else {
+        Scratch rel_scratch(static_cast<size_t>(n) * sizeof(int64_t));
+        int64_t* rel = rel_scratch.as<int64_t>();
+        for (int64_t i = 0; i < n; ++i) rel[i] = (keys[i] >= lo && keys[i] < hi) ? keys[i] - lo : -1;
+        RowReducer<acc_t, Op>(op, lo, hi - lo, 0, D).run(rel, n);
+      }
+    }
+  });
+}
+
+}  // namespace detail
+
+// Op provides: key(i) -> destination in [0, num_keys) (already validated by the front end) or kSkipKey
+// (dropped), contribution(i, c) -> acc_t, finalize(key, c, acc_t), and optionally a Combine type (default
+// AddRn, combine_of_t in ops/contract.h). i is the source position, c a column of D. finalize is called once
+// per (key, column) that received at least one contribution, after all of that key's contributions.
+template <typename acc_t, typename Op>
+void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
+  if (n == 0 || D == 0 || num_keys <= 0) return;
+  if (n >= int64_t{INT32_MAX}) {  // per-key counts and slots are 31-bit
+    reference_sort_reduce<acc_t>(op, n, num_keys, D);
+    return;
+  }
+  if (num_keys <= 4 * n + 1024) {
+    detail::dense_sort_reduce<acc_t>(op, n, num_keys, D);
+    return;
+  }
+  // A sparse key space: the keys that occur, sorted, stand in for the keys.
+  std::vector<int64_t> compact(n), table;
+  table.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = op.key(i);
+    const bool ok = k >= 0 && k < num_keys;
+    compact[i] = ok ? k : kSkipKey;
+    if (ok) table.push_back(k);
+  }
+  std::sort(table.begin(), table.end());
+  table.erase(std::unique(table.begin(), table.end()), table.end());
+  for (int64_t i = 0; i < n; ++i) {
+    if (compact[i] != kSkipKey) {
+      compact[i] = std::lower_bound(table.begin(), table.end(), compact[i]) - table.begin();
+    }
+  }
+  const detail::CompactKeysOp<Op> compact_op{op, compact.data(), table.data()};
+  detail::dense_sort_reduce<acc_t>(compact_op, n, static_cast<int64_t>(table.size()), D);
 }
 
 // The CPU engine: what the op computations (ops/*_op.h, `*_compute<Engine>`) call; cuda::Engine

@@ -1,0 +1,200 @@
+// The CPU sort-reduce engine (ops/sort_reduce_cpu.h): the streaming pass against the sort-based plan it
+// replaced (reference_sort_reduce), bit for bit, for every combine in use, hot keys around each tree level's
+// boundary, several column counts, skipped contributions, dense and sparse key spaces, and 1 or 2 threads.
+#include "ops/contract.h"
+#include "ops/sort_reduce_cpu.h"
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+// Keys keys[i] * scale (or kSkipKey), contributions values[i * D + c]; finalize records the total and counts
+// its calls per (key, column).
+template <typename acc_t, typename C>
+struct TableOp {
+  using Combine = C;
+  const int64_t* keys;
+  const acc_t* values;
+  acc_t* out;
+  int64_t* calls;
+  int64_t D;
+  int64_t scale;
+
+  int64_t key(int64_t i) const { return keys[i] == detops::kSkipKey ? keys[i] : keys[i] * scale; }
+  acc_t contribution(int64_t i, int64_t c) const { return values[i * D + c]; }
+  void finalize(int64_t k, int64_t c, acc_t total) const {
+    const int64_t slot = (k / scale) * D + c;
+    out[slot] = total;
+    ++calls[slot];
+  }
+};
+
+// The Last combine over source positions: each key's last contributing position.
+template <typename acc_t>
+struct PositionOp {
+  using Combine = detops::Last;
+  const int64_t* keys;
+  acc_t* out;
+  int64_t* calls;
+  int64_t D;
+  int64_t scale;
+
+  int64_t key(int64_t i) const { return keys[i] == detops::kSkipKey ? keys[i] : keys[i] * scale; }
+  acc_t contribution(int64_t i, int64_t c) const { return i * 7 + c; }
+  void finalize(int64_t k, int64_t c, acc_t total) const {
+    const int64_t slot = (k / scale) * D + c;
+    out[slot] = total;
+    ++calls[slot];
+  }
+};
+
+struct Keys {
+  std::vector<int64_t> keys;
+  int64_t num_keys;  // of the unscaled keys
+};
+
+// Hot keys 0..6 with 31, 32, 33, 1023, 1024, 1025 and 32^3 + 1 contributions, the rest spread over
+// `spread` keys, a share skipped; positions shuffled.
+Keys make_keys(std::mt19937& rng, int64_t spread, bool skips) {
+  const int64_t hot[] = {31, 32, 33, 1023, 1024, 1025, 32 * 32 * 32 + 1};
+  Keys k;
+  k.num_keys = 7 + spread;
+  for (int64_t h = 0; h < 7; ++h) k.keys.insert(k.keys.end(), hot[h], h);
+  for (int64_t i = 0; i < 40000; ++i) k.keys.push_back(7 + static_cast<int64_t>(rng() % spread));
+  if (skips) {
+    for (int64_t i = 0; i < 3000; ++i) k.keys.push_back(detops::kSkipKey);
+  }
+  std::shuffle(k.keys.begin(), k.keys.end(), rng);
+  return k;
+}
+
+template <typename acc_t>
+std::vector<acc_t> make_values(std::mt19937& rng, int64_t count, int kind) {
+  std::vector<acc_t> v(count);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (int64_t j = 0; j < count; ++j) {
+    if constexpr (std::is_integral_v<acc_t>) {
+      v[j] = static_cast<acc_t>((static_cast<uint64_t>(rng()) << 32) | rng());
+    } else if (kind == 1) {  // products: near 1
+      v[j] = static_cast<acc_t>(1.0 + u(rng) * 1e-3);
+    } else if (kind == 2) {  // selections: ties, signed zeros and NaNs
+      const uint32_t r = rng() % 100;
+      v[j] = r == 0 ? std::numeric_limits<acc_t>::quiet_NaN()
+                    : r < 10 ? acc_t(0) * (r % 2 ? acc_t(1) : acc_t(-1)) : static_cast<acc_t>(std::round(u(rng) * 8));
+    } else {
+      v[j] = static_cast<acc_t>(u(rng)) * static_cast<acc_t>(std::ldexp(1.0, static_cast<int>(rng() % 20) - 10));
+    }
+  }
+  return v;
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+template <typename acc_t, typename Make>
+void compare(const Make& make_op, int64_t n, int64_t num_keys, int64_t scale, int64_t D, const std::string& what) {
+  std::vector<acc_t> want(num_keys * D, acc_t(77)), got(num_keys * D, acc_t(77));
+  std::vector<int64_t> want_calls(num_keys * D, 0), got_calls(num_keys * D, 0);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  detops::cpu::reference_sort_reduce<acc_t>(make_op(want.data(), want_calls.data()), n, num_keys * scale, D);
+  for (int t : {1, 2}) {
+    at::set_num_threads(t);
+    std::fill(got.begin(), got.end(), acc_t(77));
+    std::fill(got_calls.begin(), got_calls.end(), 0);
+    detops::cpu::sort_reduce<acc_t>(make_op(got.data(), got_calls.data()), n, num_keys * scale, D);
+    EXPECT_TRUE(same_bits(want, got)) << what << ", " << t << " thread(s)";
+    EXPECT_EQ(want_calls, got_calls) << what << ", " << t << " thread(s)";
+  }
+  at::set_num_threads(threads);
+  for (int64_t c : want_calls) ASSERT_LE(c, 1) << what;
+}
+
+template <typename acc_t, typename C>
+void compare_combine(int kind, const char* name) {
+  std::mt19937 rng(11);
+  for (const int64_t D : {1, 3, 64}) {
+    for (const bool skips : {false, true}) {
+      // Dense: few keys (long segments) and about one key per contribution; sparse: keys spread over 2^40.
+      for (const int64_t spread : {int64_t{50}, int64_t{40000}}) {
+        const Keys k = make_keys(rng, spread, skips);
+        const int64_t n = static_cast<int64_t>(k.keys.size());
+        const std::vector<acc_t> values = make_values<acc_t>(rng, n * D, kind);
+        for (const int64_t scale : {int64_t{1}, int64_t{1} << 20}) {
+          const std::string what = std::string(name) + ", D " + std::to_string(D) + (skips ? ", skips" : "") +
+                                   ", spread " + std::to_string(spread) + ", scale " + std::to_string(scale);
+          compare<acc_t>(
+              [&](acc_t* out, int64_t* calls) {
+                return TableOp<acc_t, C>{k.keys.data(), values.data(), out, calls, D, scale};
+              },
+              n, k.num_keys, scale, D, what);
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuEngine, SumsMatchTheSortedPlan) {
+  compare_combine<float, detops::AddRn>(0, "AddRn float");
+  compare_combine<double, detops::AddRn>(0, "AddRn double");
+}
+
+TEST(CpuEngine, ProductsMatchTheSortedPlan) {
+  compare_combine<float, detops::MulRn>(1, "MulRn float");
+  compare_combine<double, detops::MulRn>(1, "MulRn double");
+}
+
+TEST(CpuEngine, SelectionsMatchTheSortedPlan) {
+  compare_combine<float, detops::MaxNan>(2, "MaxNan float");
+  compare_combine<float, detops::MinNan>(2, "MinNan float");
+  compare_combine<double, detops::MaxNan>(2, "MaxNan double");
+  compare_combine<int64_t, detops::MinNan>(0, "MinNan int64");
+}
+
+TEST(CpuEngine, WrappingIntegersMatchTheSortedPlan) {
+  compare_combine<int64_t, detops::WrapAdd>(0, "WrapAdd");
+  compare_combine<int64_t, detops::WrapMul>(0, "WrapMul");
+}
+
+TEST(CpuEngine, LastWriterMatchesTheSortedPlan) {
+  std::mt19937 rng(12);
+  for (const int64_t D : {1, 3, 64}) {
+    for (const int64_t spread : {int64_t{50}, int64_t{40000}}) {
+      const Keys k = make_keys(rng, spread, true);
+      const int64_t n = static_cast<int64_t>(k.keys.size());
+      for (const int64_t scale : {int64_t{1}, int64_t{1} << 20}) {
+        compare<int64_t>(
+            [&](int64_t* out, int64_t* calls) { return PositionOp<int64_t>{k.keys.data(), out, calls, D, scale}; },
+            n, k.num_keys, scale, D, "Last, D " + std::to_string(D) + ", spread " + std::to_string(spread));
+      }
+    }
+  }
+}
+
+TEST(CpuEngine, ASingleKeyOfEveryLengthMatchesTheSortedPlan) {
+  // Every count from 1 to 3 * 32^2 + 5 on one key: each partial block at each level.
+  std::mt19937 rng(13);
+  std::vector<float> values = make_values<float>(rng, 3 * 1024 + 5, 0);
+  for (int64_t n = 1; n <= 3 * 1024 + 5; n += (n < 1100 ? 1 : 37)) {
+    std::vector<int64_t> keys(n, 0);
+    compare<float>(
+        [&](float* out, int64_t* calls) {
+          return TableOp<float, detops::AddRn>{keys.data(), values.data(), out, calls, 1, 1};
+        },
+        n, 1, 1, 1, "one key, n " + std::to_string(n));
+  }
+}
+
+}  // namespace
