@@ -25,12 +25,12 @@ struct IndexAddOp {
   }
   // Column c = o * inner + j of the [outer, inner] plane.
   C10_HOST_DEVICE acc_t contribution(int64_t i, int64_t c) const {
-    const int64_t o = c / inner;
+    const int64_t o = c < inner ? 0 : c / inner;  // no division for the first (often only) outer slice
     const int64_t j = c - o * inner;
     return mul_rn(to_acc(src[(o * n + i) * inner + j]), alpha);
   }
   C10_HOST_DEVICE void finalize(int64_t k, int64_t c, acc_t total) const {
-    const int64_t o = c / inner;
+    const int64_t o = c < inner ? 0 : c / inner;  // no division for the first (often only) outer slice
     const int64_t j = c - o * inner;
     scalar_t& d = out[(o * dim_size + k) * inner + j];
     d = round_to<scalar_t>(add_rn(to_acc(d), total));

@@ -34,7 +34,7 @@ struct IndexCopyOp {
   }
   // Column c = o * inner + j of the [outer, inner] plane.
   C10_HOST_DEVICE void finalize(int64_t k, int64_t c, int64_t row) const {
-    const int64_t o = c / inner;
+    const int64_t o = c < inner ? 0 : c / inner;  // no division for the first (often only) outer slice
     const int64_t j = c - o * inner;
     out[(o * dim_size + k) * inner + j] = src[(o * n + row) * inner + j];
   }

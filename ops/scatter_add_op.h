@@ -25,8 +25,9 @@ struct ScatterMap {
     src_off = 0;
     out_base = 0;
     for (int d = ndim - 1; d >= 0; --d) {
-      const int64_t coord = e % sizes[d];
-      e /= sizes[d];
+      // e < the product of sizes[0..d], so the outermost coordinate is e itself: no division for it.
+      const int64_t coord = d == 0 ? e : e % sizes[d];
+      if (d > 0) e /= sizes[d];
       index_off += coord * index_strides[d];
       src_off += coord * src_strides[d];
       if (d != dim) out_base += coord * out_strides[d];
