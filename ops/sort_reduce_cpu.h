@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -178,29 +179,52 @@ class ColumnReducer {
     std::memset(static_cast<void*>(level0_), 0, static_cast<size_t>(num_keys) * sizeof(Level0));
   }
 
-  // Contribution i to key key_lo + k; called in increasing i.
-  void add(int64_t i, int64_t k) {
-    Level0& z = level0_[k];
-    const acc_t v = op_.contribution(i, 0);
-    // NB: level 0 of the contract: a key's contributions in source order, folded left to right in blocks of
-    // kBlock; a block starts from its first item.
-    z.sum = z.count % kBlock == 0 ? v : Combine()(z.sum, v);
-    if (++z.count % kBlock == 0) push_block(k);
+  // Every contribution i in [0, n) in increasing i, to key key_lo + key_of(i) (none where key_of(i) < 0).
+  template <typename KeyOf>
+  void run(int64_t n, const KeyOf& key_of) {
+    // The key of the current run of equal keys keeps its level 0 in registers (one hot destination).
+    int64_t cur = -1;
+    acc_t sum{};
+    uint32_t count = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = key_of(i);
+      if (k < 0) continue;
+      const acc_t v = op_.contribution(i, 0);
+      if (k != cur) {
+        if (cur >= 0) level0_[cur] = {sum, count};
+        cur = k;
+        sum = level0_[k].sum;
+        count = level0_[k].count;
+      }
+      // NB: level 0 of the contract: a key's contributions in source order, folded left to right in blocks
+      // of kBlock; a block starts from its first item.
+      sum = count % kBlock == 0 ? v : Combine()(sum, v);
+      if (++count % kBlock == 0) {
+        level0_[k] = {sum, count};
+        push_block(k);
+      }
+    }
+    if (cur >= 0) level0_[cur] = {sum, count};
   }
 
   void finish() {
     for (int64_t k = 0; k < num_keys_; ++k) {
       const Level0& z = level0_[k];
       if (z.count == 0) continue;
-      const acc_t total = z.count <= static_cast<uint32_t>(kBlock) ? z.sum : *upper_.finish(upper_of_[k], z.count, &z.sum);
+      const acc_t total =
+          z.count <= static_cast<uint32_t>(kBlock) ? z.sum : *upper_.finish(upper_of_[k], z.count, &z.sum);
       op_.finalize(key_lo_ + k, 0, total);
     }
   }
 
  private:
   void push_block(int64_t k) {
-    if (upper_of_.empty()) upper_of_.assign(static_cast<size_t>(num_keys_), -1);
-    if (upper_of_[k] < 0) upper_of_[k] = upper_.add_entry();
+    if (upper_of_ == nullptr) {
+      upper_scratch_ = std::make_unique<Scratch>(static_cast<size_t>(num_keys_) * sizeof(int32_t));
+      upper_of_ = upper_scratch_->as<int32_t>();
+      std::memset(upper_of_, 0xff, static_cast<size_t>(num_keys_) * sizeof(int32_t));  // -1: none
+    }
+    if (upper_of_[k] < 0) upper_of_[k] = static_cast<int32_t>(upper_.add_entry());
     upper_.push(upper_of_[k], 1, &level0_[k].sum);
   }
 
@@ -210,7 +234,8 @@ class ColumnReducer {
   Scratch scratch_;
   Level0* level0_;
   UpperLevels<acc_t, Combine> upper_;
-  std::vector<int64_t> upper_of_;  // key -> entry of upper_, sized on the first full block
+  std::unique_ptr<Scratch> upper_scratch_;  // made on the first full block
+  int32_t* upper_of_ = nullptr;              // key -> entry of upper_, or -1
 };
 
 // Rows (D > 1), keys [key_lo, key_lo + num_keys), columns [col_lo, col_lo + cols). Two passes in source
@@ -345,11 +370,11 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   const bool parallel = threads > 1 && n * D >= kParallelGrain;
   if (!parallel && D == 1) {
     ColumnReducer<acc_t, Op> r(op, 0, num_keys);
-    for (int64_t i = 0; i < n; ++i) {
+    r.run(n, [&](int64_t i) {
       const int64_t k = op.key(i);
       // NB: kSkipKey is dropped; so is an invalid key (the front ends validate indices on the CPU path).
-      if (k >= 0 && k < num_keys) r.add(i, k);
-    }
+      return (k >= 0 && k < num_keys) ? k : int64_t{-1};
+    });
     r.finish();
     return;
   }
@@ -383,10 +408,7 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
       if (lo == hi) continue;
       if (D == 1) {
         ColumnReducer<acc_t, Op> r(op, lo, hi - lo);
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t k = keys[i];
-          if (k >= lo && k < hi) r.add(i, k - lo);
-        }
+        r.run(n, [&](int64_t i) { return (keys[i] >= lo && keys[i] < hi) ? keys[i] - lo : int64_t{-1}; });
         r.finish();
       } else {
         Scratch rel_scratch(static_cast<size_t>(n) * sizeof(int64_t));
