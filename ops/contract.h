@@ -294,4 +294,29 @@ struct BlockFold {
   C10_HOST_DEVICE acc_t finish() const { return sum; }
 };
 
+// The contract's tree for a sequence of at most kBlock * kBlock contributions, fed in source order: blocks
+// of kBlock folded left to right, their sums folded left to right as they complete (the one level above
+// level 0 that such a sequence has). push() every contribution (at least one), then finish(); gives
+// tree_reduce's bits for the same sequence.
+template <typename acc_t>
+struct TwoLevelTree {
+  acc_t block{};
+  acc_t top{};
+  int in_block = 0;
+  bool any_top = false;
+
+  C10_HOST_DEVICE void push(acc_t v) {
+    block = in_block == 0 ? v : add_rn(block, v);
+    if (++in_block == kBlock) {
+      top = any_top ? add_rn(top, block) : block;
+      any_top = true;
+      in_block = 0;
+    }
+  }
+  C10_HOST_DEVICE acc_t finish() const {
+    if (in_block == 0) return top;
+    return any_top ? add_rn(top, block) : block;
+  }
+};
+
 }  // namespace detops

@@ -23,7 +23,6 @@
 #include <cstdint>
 
 #include "ops/contract.h"
-#include "ops/gather_math.h"
 
 namespace detops {
 

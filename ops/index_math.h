@@ -1,4 +1,5 @@
-// Index math for the gathers (padding, pooling): shared by their CPU paths and CUDA kernels.
+// Index math for the gathers (padding, pooling, upsample, antialiased upsample): shared by their CPU paths and
+// CUDA kernels.
 #pragma once
 
 #include <ATen/cuda/detail/IntegerDivider.cuh>
@@ -27,6 +28,7 @@ struct Divider {
     r = n - q * d;
   }
   C10_HOST_DEVICE index_t div(index_t n) const { return n / d; }
+  C10_HOST_DEVICE index_t mod(index_t n) const { return n - div(n) * d; }
 };
 template <>
 struct Divider<int32_t> {
@@ -39,6 +41,7 @@ struct Divider<int32_t> {
     r = static_cast<int32_t>(qr.mod);
   }
   C10_HOST_DEVICE int32_t div(int32_t n) const { return static_cast<int32_t>(u.div(static_cast<uint32_t>(n))); }
+  C10_HOST_DEVICE int32_t mod(int32_t n) const { return static_cast<int32_t>(u.mod(static_cast<uint32_t>(n))); }
 };
 
 }  // namespace detops

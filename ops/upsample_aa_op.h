@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "ops/contract.h"
-#include "ops/gather_math.h"
+#include "ops/index_math.h"
 
 namespace detops {
 
@@ -161,9 +161,9 @@ struct UpsampleAaBackwardOp {
 template <typename scalar_t, typename index_t>
 struct UpsampleAaElementOp {
   UpsampleAaBackwardOp<scalar_t> op;
-  FastDivider<index_t> div_w, div_h;
+  Divider<index_t> div_w, div_h;
 
-  UpsampleAaElementOp(const UpsampleAaBackwardOp<scalar_t>& o) : op(o), div_w(o.iw), div_h(o.ih) {}
+  UpsampleAaElementOp(const UpsampleAaBackwardOp<scalar_t>& o) : op(o), div_w(static_cast<index_t>(o.iw)), div_h(static_cast<index_t>(o.ih)) {}
 
   C10_HOST_DEVICE void operator()(index_t idx) const {
     const index_t rest = div_w.div(idx);

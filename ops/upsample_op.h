@@ -21,7 +21,7 @@
 
 #include "ops/contract.h"
 #include "ops/ctc_loss_math.h"
-#include "ops/gather_math.h"
+#include "ops/index_math.h"
 
 namespace detops {
 
@@ -202,10 +202,11 @@ struct UpsampleBackwardOp {
 template <typename scalar_t, typename index_t>
 struct UpsampleElementOp {
   UpsampleBackwardOp<scalar_t> op;
-  FastDivider<index_t> div_c, div_w, div_h, div_d;
+  Divider<index_t> div_c, div_w, div_h, div_d;
 
   UpsampleElementOp(const UpsampleBackwardOp<scalar_t>& o)
-      : op(o), div_c(o.channels), div_w(o.in[2]), div_h(o.in[1]), div_d(o.in[0]) {}
+      : op(o), div_c(static_cast<index_t>(o.channels)), div_w(static_cast<index_t>(o.in[2])), div_h(static_cast<index_t>(o.in[1])),
+        div_d(static_cast<index_t>(o.in[0])) {}
 
   C10_HOST_DEVICE void operator()(index_t idx) const {
     index_t i[3];
