@@ -5,6 +5,7 @@
 // engine (ops/sort_reduce_cpu.h) calls.
 #pragma once
 
+#include "cuda/chunked.cuh"
 #include "cuda/sort_reduce.h"
 #include "cuda/sort_reduce_steps.h"
 #include "ops/contract.h"
@@ -116,7 +117,7 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
 // The engine's entry for one call of op `name`. Op provides key(i) (-1 if invalid, kSkipKey to drop the
 // contribution), contribution(i, c) and finalize(key, c, acc) as __host__ __device__ members over device
 // pointers, and optionally a Combine type (default AddRn, combine_of_t in ops/contract.h). Current stream, no sync.
-// Positions are 32-bit: a call of 2^31 or more contributions is rejected (kMaxContributions).
+// Positions are 32-bit: a call of 2^31 or more contributions runs in key chunks (cuda/chunked.cuh).
 // The single-block path: one block of kSingleBlockThreads runs the whole call (plan::single_block). Each thread
 // computes the keys of kSingleBlockItems consecutive contributions; cub::BlockRadixSort sorts (key, position)
 // in registers (NB: stable: ranks follow the blocked arrangement, which is source order, so equal keys keep
@@ -197,6 +198,9 @@ template <typename acc_t, typename Op>
 void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                  const at::TensorOptions& device_options) {
   if (n == 0 || D == 0) return;
+  if constexpr (!is_positions_op_v<Op>) {  // NB: larger calls run in key chunks that keep the contract
+    if (n > kMaxContributions) return sort_reduce_in_chunks<acc_t>(name, op, n, num_keys, D, device_options);
+  }
   TORCH_CHECK(n <= kMaxContributions, name, "(): detops' sort-reduce engine takes at most 2^31-1 contributions "
               "per call on CUDA, got ", n);
   TORCH_CHECK(D <= kMaxContributions, name, "(): detops' sort-reduce engine takes at most 2^31-1 columns per "

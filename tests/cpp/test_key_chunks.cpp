@@ -1,6 +1,6 @@
 // Engine calls in key chunks (ops/key_chunks.h): the host planner, and the CPU engine run through the
-// decomposition with a tiny limit (a real call of 2^31 contributions cannot run here), against the unchunked
-// result bit for bit.
+// decomposition the CUDA engine uses for calls of 2^31 or more contributions (cuda/chunked.cuh), with a tiny
+// limit (a real call that size cannot run here), against the unchunked result bit for bit.
 #include "ops/key_chunks.h"
 #include "ops/scatter_add_op.h"
 #include "ops/scatter_op.h"
