@@ -160,6 +160,7 @@ struct UpsampleAaBackwardOp {
 // index split by dividers fixed per call. index_t is int32_t when every offset fits, else int64_t.
 template <typename scalar_t, typename index_t>
 struct UpsampleAaElementOp {
+  using index_type = index_t;
   UpsampleAaBackwardOp<scalar_t> op;
   Divider<index_t> div_w, div_h;
 

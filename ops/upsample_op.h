@@ -201,6 +201,7 @@ struct UpsampleBackwardOp {
 // grad_input and grad_output fits, else int64_t.
 template <typename scalar_t, typename index_t>
 struct UpsampleElementOp {
+  using index_type = index_t;
   UpsampleBackwardOp<scalar_t> op;
   Divider<index_t> div_c, div_w, div_h, div_d;
 
