@@ -283,6 +283,20 @@ def test_the_sanitized_shapes_reach_both_paths():
     assert {"single_block", "multi"} <= paths
 
 
+def _calls(plan: P.Plan):
+    return [c.call for c in plan.calls]
+
+
+@pytest.mark.parametrize("case", [c for c in C.cases() if c.op in P.SHAPE_ONLY_OPS],
+                         ids=lambda c: f"{c.op}/{c.shape}")
+def test_shape_only_ops_plan_the_same_from_constant_data(case):
+    """The report and the targets below build these ops' GPU shapes with constant floating-point data (and so
+    other index draws): their plans must not depend on either. Checked at the small shapes."""
+    real = _calls(P.case_plan(case, full=False, cheap=False))
+    for seed in (0, 1):
+        assert _calls(P.case_plan(case, full=False, seed=seed, cheap=True)) == real, (case.op, case.shape, seed)
+
+
 @pytest.mark.parametrize("case", C.cases(), ids=lambda c: f"{c.op}/{c.shape}")
 def test_targets_at_the_gpu_shapes(case):
     plan = P.case_plan(case, full=True)
