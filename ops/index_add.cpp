@@ -47,6 +47,47 @@ int64_t check_index_add(const at::Tensor& self, int64_t dim, const at::Tensor& i
   return dim;
 }
 
+// IndexAddOp over a self with no outer slice (every dimension before `dim` of size 1), so that column c is
+// element c of a row: the same keys and arithmetic (IndexAddOp::term, add_into) with no per-column index
+// arithmetic, so the CPU engine's loops over a row's columns vectorise.
+template <typename scalar_t, typename index_t>
+struct IndexAddRowOp {
+  using Op = IndexAddOp<scalar_t, index_t>;
+  using acc_t = typename Op::acc_t;
+  Op op;
+
+  int64_t key(int64_t i) const {
+    return op.key(i);
+  }
+  acc_t contribution(int64_t i, int64_t c) const {
+    return Op::term(op.src[i * op.inner + c], op.alpha);
+  }
+  void finalize(int64_t k, int64_t c, acc_t total) const {
+    Op::add_into(op.out[k * op.inner + c], total);
+  }
+};
+
+// index_add_compute (ops/index_add_op.h) on the CPU engine, through IndexAddRowOp where it applies: the same
+// engine call.
+void index_add_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                   const at::Scalar& alpha) {
+  const int64_t columns = index_add_columns(result, dim);
+  if (index.numel() == 0 || columns == 0) return;
+  const at::Tensor src = source.contiguous();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, result.scalar_type(), "detops_index_add", [&] {
+    AT_DISPATCH_INDEX_TYPES(index.scalar_type(), "detops_index_add_index", [&] {
+      const auto op = make_index_add_op<scalar_t, index_t>(result, dim, index, src, alpha);
+      using acc_t = acc_type<scalar_t>;
+      if (op.inner == columns) {  // one outer slice
+        const IndexAddRowOp<scalar_t, index_t> rows{op};
+        cpu::Engine::sort_reduce<acc_t>(kOp, rows, op.n, op.dim_size, columns, result);
+      } else {
+        cpu::Engine::sort_reduce<acc_t>(kOp, op, op.n, op.dim_size, columns, result);
+      }
+    });
+  });
+}
+
 }  // namespace
 
 at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
@@ -64,7 +105,7 @@ at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, c
   if (work.is_cuda()) {
     cuda::index_add_kernel(work, dim, index, source, alpha);
   } else {
-    index_add_compute<cpu::Engine>(work, dim, index, source, alpha);
+    index_add_cpu(work, dim, index, source, alpha);
   }
   if (!work.is_same(self)) self.copy_(work);
   return self;

@@ -27,12 +27,20 @@ struct IndexAddOp {
   C10_HOST_DEVICE acc_t contribution(int64_t i, int64_t c) const {
     const int64_t o = c < inner ? 0 : c / inner;  // no division for the first (often only) outer slice
     const int64_t j = c - o * inner;
-    return mul_rn(to_acc(src[(o * n + i) * inner + j]), alpha);
+    return term(src[(o * n + i) * inner + j], alpha);
   }
   C10_HOST_DEVICE void finalize(int64_t k, int64_t c, acc_t total) const {
     const int64_t o = c < inner ? 0 : c / inner;  // no division for the first (often only) outer slice
     const int64_t j = c - o * inner;
-    scalar_t& d = out[(o * dim_size + k) * inner + j];
+    add_into(out[(o * dim_size + k) * inner + j], total);
+  }
+
+  // The arithmetic of one element: its contribution, and a destination taking its total (the CPU engine's
+  // row path, IndexAddRowOp in ops/index_add.cpp, calls them too).
+  static C10_HOST_DEVICE acc_t term(scalar_t s, acc_t alpha) {
+    return mul_rn(to_acc(s), alpha);
+  }
+  static C10_HOST_DEVICE void add_into(scalar_t& d, acc_t total) {
     d = round_to<scalar_t>(add_rn(to_acc(d), total));
   }
 };

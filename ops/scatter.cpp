@@ -8,6 +8,7 @@
 
 #include "ops/common.h"
 #include "ops/scatter_add.h"
+#include "ops/scatter_cpu.h"
 #include "ops/scatter_reduce.h"
 #include "ops/scatter_op.h"
 #include "ops/scatter_reduce_op.h"
@@ -18,6 +19,7 @@
 #include <ATen/ops/scatter_cuda_dispatch.h>
 
 #include <string>
+#include <type_traits>
 
 namespace detops {
 namespace {
@@ -37,6 +39,23 @@ at::Tensor value_as_src(const at::Tensor& self, const at::Tensor& index, const a
   return at::scalar_tensor(value, self.options()).expand(index.sizes());
 }
 
+// scatter_compute (ops/scatter_op.h) on the CPU: the same op over the same contributions, the last writer's
+// pass in place of the engine (ops/scatter_cpu.h).
+void scatter_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  if (index.numel() == 0 || result.numel() == 0) return;
+  cpu::with_scatter_layout_cpu<int64_t>("scatter_", result, dim, index, src,
+                                        [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
+    dispatch_element_bits("scatter_", result, [&](auto tag) {
+      using bits_t = decltype(tag);
+      ScatterLastOp<bits_t, std::decay_t<decltype(layout)>> op;
+      op.out = static_cast<bits_t*>(result.data_ptr());
+      op.src = static_cast<const bits_t*>(src.const_data_ptr());
+      op.layout = layout;
+      cpu::last_writer_pass(op, n, num_keys, D);
+    });
+  });
+}
+
 // The last-writer scatter of src into self after the checks.
 at::Tensor& scatter_last_writer(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   if (index.numel() == 0) return self;
@@ -48,7 +67,7 @@ at::Tensor& scatter_last_writer(at::Tensor& self, int64_t dim, const at::Tensor&
   if (work.is_cuda()) {
     cuda::scatter_kernel(work, dim, index64, src);
   } else {
-    scatter_compute<cpu::Engine>(work, dim, index64, src);
+    scatter_cpu(work, dim, index64, src);
   }
   if (!work.is_same(self)) self.copy_(work);
   return self;

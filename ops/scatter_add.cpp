@@ -4,6 +4,7 @@
 
 #include "ops/common.h"
 #include "ops/scatter_add_op.h"
+#include "ops/scatter_cpu.h"
 #include "ops/sort_reduce_cpu.h"
 
 #include <ATen/MemoryOverlap.h>
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 namespace detops {
 namespace {
@@ -24,6 +26,23 @@ int64_t nonempty_dim(const at::Tensor& t) {
 }
 int64_t nonempty_size(const at::Tensor& t, int64_t d) {
   return t.dim() == 0 ? 1 : t.size(d);
+}
+
+// scatter_add_compute (ops/scatter_add_op.h) on the CPU engine, with ScatterLine where it applies.
+void scatter_add_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  if (index.numel() == 0 || result.numel() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, result.scalar_type(), "detops_scatter_add", [&] {
+    AT_DISPATCH_INDEX_TYPES(index.scalar_type(), "detops_scatter_add_index", [&] {
+      cpu::with_scatter_layout_cpu<index_t>(kOp, result, dim, index, src,
+                                            [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
+        ScatterAddOp<scalar_t, std::decay_t<decltype(layout)>> op;
+        op.out = result.data_ptr<scalar_t>();
+        op.src = src.const_data_ptr<scalar_t>();
+        op.layout = layout;
+        cpu::Engine::sort_reduce<acc_type<scalar_t>>(kOp, op, n, num_keys, D, result);
+      });
+    });
+  });
 }
 
 }  // namespace
@@ -96,7 +115,7 @@ at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index,
   if (work.is_cuda()) {
     cuda::scatter_add_kernel(work, dim, index, src);
   } else {
-    scatter_add_compute<cpu::Engine>(work, dim, index, src);
+    scatter_add_cpu(work, dim, index, src);
   }
   if (!work.is_same(self)) self.copy_(work);
   return self;

@@ -7,6 +7,7 @@
 
 #include "ops/common.h"
 #include "ops/scatter_add.h"
+#include "ops/scatter_cpu.h"
 #include "ops/scatter_reduce_op.h"
 #include "ops/sort_reduce_cpu.h"
 
@@ -14,6 +15,7 @@
 #include <ATen/ops/scatter_reduce_cuda_dispatch.h>
 
 #include <string>
+#include <type_traits>
 
 namespace detops {
 namespace {
@@ -48,6 +50,36 @@ bool int64_dtype(at::ScalarType t) {
   return t == at::kByte || t == at::kChar || t == at::kShort || t == at::kInt || t == at::kLong || t == at::kBool;
 }
 
+// scatter_reduce_compute (ops/scatter_reduce_op.h) on the CPU engine, with ScatterLine where it applies: the
+// same engine calls (the count pass of mean, then the reduction) over the same contributions.
+void scatter_reduce_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                        Reduction reduce, bool include_self, IntDtype ints) {
+  if (index.numel() == 0 || result.numel() == 0) return;
+  cpu::with_scatter_layout_cpu<int64_t>(kOp, result, dim, index, src,
+                                        [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
+    using Layout = std::decay_t<decltype(layout)>;
+    at::Tensor counts;
+    if (reduce == Reduction::Mean) {
+      // NB: a destination's count is the same for every column, so one column counts them.
+      counts = at::zeros({num_keys}, result.options().dtype(at::kLong));
+      const CountOp<Layout> count{layout, counts.data_ptr<int64_t>()};
+      cpu::Engine::sort_reduce<int64_t>(kOp, count, n, num_keys, 1, result);
+    }
+    AT_DISPATCH_FLOATING_TYPES_AND3(at::kHalf, at::kBFloat16, at::kLong, result.scalar_type(),
+                                    "detops_scatter_reduce", [&] {
+      dispatch_reduction(reduce, [&](auto r) {
+        ScatterReduceOp<scalar_t, decltype(r)::value, Layout> op;
+        op.out = result.data_ptr<scalar_t>();
+        op.src = src.const_data_ptr<scalar_t>();
+        op.layout = layout;
+        op.counts = counts.defined() ? counts.const_data_ptr<int64_t>() : nullptr;
+        op.finish = {include_self, ints.bits, ints.is_unsigned};
+        cpu::Engine::sort_reduce<acc_type<scalar_t>>(kOp, op, n, num_keys, D, result);
+      });
+    });
+  });
+}
+
 }  // namespace
 
 bool scatter_reduce_engine_dtype(at::ScalarType t, Reduction r) {
@@ -76,7 +108,7 @@ at::Tensor& scatter_reduce_on_engine(const char* op, at::Tensor& self, int64_t d
   if (work.is_cuda()) {
     cuda::scatter_reduce_kernel(work, dim, index64, source, r, include_self, int_dtype);
   } else {
-    scatter_reduce_compute<cpu::Engine>(work, dim, index64, source, r, include_self, int_dtype);
+    scatter_reduce_cpu(work, dim, index64, source, r, include_self, int_dtype);
   }
   if (!work.is_same(self)) self.copy_(work);
   return self;

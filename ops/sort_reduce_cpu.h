@@ -20,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 namespace detops::cpu {
@@ -157,9 +158,29 @@ class UpperLevels {
   std::vector<acc_t> pool_;
 };
 
+// `a` where `pick`, else `b`, without a branch for 4- and 8-byte values (a fold's level 0 starts a block or
+// continues one about as often as not).
+template <typename T>
+inline T select_bits(bool pick, T a, T b) {
+  if constexpr (sizeof(T) == 4 || sizeof(T) == 8) {
+    using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+    U ua, ub;
+    std::memcpy(&ua, &a, sizeof(T));
+    std::memcpy(&ub, &b, sizeof(T));
+    const U mask = U(0) - static_cast<U>(pick);
+    const U r = (ua & mask) | (ub & ~mask);
+    T out;
+    std::memcpy(&out, &r, sizeof(T));
+    return out;
+  } else {
+    return pick ? a : b;
+  }
+}
+
 // One column (D == 1), keys [key_lo, key_lo + num_keys): each key's level 0 (its open block's fold and its
-// count of contributions) side by side in one dense array; one pass in source order, then every key that
-// received a contribution is finalized in increasing key order.
+// count of contributions) side by side in one dense array, and a bitmap of the keys that received one (only
+// the bitmap is cleared per call: a key's level 0 is read only once its bit is set); one pass in source
+// order, then every key whose bit is set is finalized in increasing key order.
 template <typename acc_t, typename Op>
 class ColumnReducer {
  public:
@@ -173,52 +194,77 @@ class ColumnReducer {
       : op_(op),
         key_lo_(key_lo),
         num_keys_(num_keys),
+        words_((num_keys + 63) / 64),
         scratch_(static_cast<size_t>(num_keys) * sizeof(Level0)),
+        seen_scratch_(static_cast<size_t>(words_) * sizeof(uint64_t)),
         level0_(scratch_.as<Level0>()),
+        seen_(seen_scratch_.as<uint64_t>()),
         upper_(1) {
-    std::memset(static_cast<void*>(level0_), 0, static_cast<size_t>(num_keys) * sizeof(Level0));
+    std::memset(seen_, 0, static_cast<size_t>(words_) * sizeof(uint64_t));
   }
 
   // Every contribution i in [0, n) in increasing i, to key key_lo + key_of(i) (none where key_of(i) < 0).
   template <typename KeyOf>
   void run(int64_t n, const KeyOf& key_of) {
-    // The key of the current run of equal keys keeps its level 0 in registers (one hot destination).
+    // The key of the current run of equal keys keeps its level 0 in registers (one hot destination). The
+    // inner loop makes no calls (it leaves on a full block), so its state stays in registers; it has no
+    // branch that depends on the data but for dropped contributions, a change of key and a full block.
     int64_t cur = -1;
     acc_t sum{};
     uint32_t count = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t k = key_of(i);
-      if (k < 0) continue;
-      const acc_t v = op_.contribution(i, 0);
-      if (k != cur) {
-        if (cur >= 0) level0_[cur] = {sum, count};
-        cur = k;
-        sum = level0_[k].sum;
-        count = level0_[k].count;
+    uint64_t sink = 0;  // takes the bitmap's store where the key's bit is set already
+    int64_t i = 0;
+    while (true) {
+      bool full = false;
+      for (; i < n; ++i) {
+        const int64_t k = key_of(i);
+        if (k < 0) continue;
+        const acc_t v = op_.contribution(i, 0);
+        if (k == cur) {
+          // NB: level 0 of the contract: a key's contributions in source order, folded left to right in
+          // blocks of kBlock; a block starts from its first item.
+          sum = count % kBlock == 0 ? v : Combine()(sum, v);
+        } else {
+          if (cur >= 0) level0_[cur] = {sum, count};
+          cur = k;
+          uint64_t& word = seen_[k >> 6];
+          const uint64_t w = word;
+          const uint64_t bit = uint64_t{1} << (k & 63);
+          const bool seen = (w & bit) != 0;
+          *(seen ? &sink : &word) = w | bit;
+          const Level0 z = level0_[k];  // stale where !seen: not used then
+          count = seen ? z.count : 0u;
+          // NB: level 0 as above.
+          sum = select_bits(count % kBlock == 0, v, Combine()(select_bits(seen, z.sum, acc_t{}), v));
+        }
+        if (++count % kBlock == 0) {
+          full = true;
+          ++i;
+          break;
+        }
       }
-      // NB: level 0 of the contract: a key's contributions in source order, folded left to right in blocks
-      // of kBlock; a block starts from its first item.
-      sum = count % kBlock == 0 ? v : Combine()(sum, v);
-      if (++count % kBlock == 0) {
-        level0_[k] = {sum, count};
-        push_block(k);
-      }
+      if (!full) break;
+      level0_[cur] = {sum, count};
+      push_block(cur);
     }
     if (cur >= 0) level0_[cur] = {sum, count};
   }
 
   void finish() {
-    for (int64_t k = 0; k < num_keys_; ++k) {
-      const Level0& z = level0_[k];
-      if (z.count == 0) continue;
-      const acc_t total =
-          z.count <= static_cast<uint32_t>(kBlock) ? z.sum : *upper_.finish(upper_of_[k], z.count, &z.sum);
-      op_.finalize(key_lo_ + k, 0, total);
+    for (int64_t w = 0; w < words_; ++w) {
+      for (uint64_t bits = seen_[w]; bits != 0; bits &= bits - 1) {
+        const int64_t k = w * 64 + __builtin_ctzll(bits);
+        const Level0& z = level0_[k];
+        const acc_t total =
+            z.count <= static_cast<uint32_t>(kBlock) ? z.sum : *upper_.finish(upper_of_[k], z.count, &z.sum);
+        op_.finalize(key_lo_ + k, 0, total);
+      }
     }
   }
 
  private:
-  void push_block(int64_t k) {
+  // Level 0 of key k holds a full block: its fold is one item of level 1.
+  C10_NOINLINE void push_block(int64_t k) {
     if (upper_of_ == nullptr) {
       upper_scratch_ = std::make_unique<Scratch>(static_cast<size_t>(num_keys_) * sizeof(int32_t));
       upper_of_ = upper_scratch_->as<int32_t>();
@@ -231,8 +277,11 @@ class ColumnReducer {
   const Op& op_;
   int64_t key_lo_;
   int64_t num_keys_;
+  int64_t words_;
   Scratch scratch_;
+  Scratch seen_scratch_;
   Level0* level0_;
+  uint64_t* seen_;  // bit k: key k received a contribution
   UpperLevels<acc_t, Combine> upper_;
   std::unique_ptr<Scratch> upper_scratch_;  // made on the first full block
   int32_t* upper_of_ = nullptr;              // key -> entry of upper_, or -1
