@@ -1,6 +1,7 @@
 // _ctc_loss_backward on CUDA: launch glue over CtcBackwardOp (ops/ctc_loss_op.h). Checks are done by
 // ops/ctc_loss.cpp. No atomics on floating-point values: every output is computed by one thread with the
 // contract's tree (docs/order_contract.md, "Log-add-exp").
+#include "ops/ctc_loss.h"
 #include "ops/ctc_loss_op.h"
 
 #include <ATen/Dispatch.h>
@@ -107,6 +108,7 @@ void ctc_loss_backward_kernel(at::Tensor& out, const at::Tensor& grad_out, const
   const c10::cuda::CUDAGuard guard(out.device());
   const int64_t batch = plan.batch;
   if (out.numel() == 0 || batch == 0) return;
+  plan::record(ctc_loss_backward_kernels(out, log_alpha, targets));
   const at::Tensor meta = at::empty({3 * batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
   std::copy(plan.meta.begin(), plan.meta.end(), meta.mutable_data_ptr<int64_t>());
   const at::Tensor meta_dev = meta.to(out.device(), /*non_blocking=*/true);

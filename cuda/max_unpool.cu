@@ -1,6 +1,7 @@
 // max_unpool2d / max_unpool3d on CUDA: max_unpool_compute (ops/max_unpool_op.h) with the winners scattered
 // by integer atomicMax. Checks and layouts are done by ops/max_unpool.cpp.
 #include "cuda/sort_reduce.cuh"
+#include "ops/max_unpool.h"
 #include "ops/max_unpool_op.h"
 
 #include <c10/cuda/CUDAException.h>
@@ -38,6 +39,7 @@ struct AtomicMaxScatter {
 void max_unpool_kernel(const at::Tensor& in, const at::Tensor& indices, at::Tensor& out, int64_t in_image,
                        int64_t out_image) {
   const c10::cuda::CUDAGuard guard(out.device());
+  plan::record(max_unpool_kernels(in.numel(), out.numel()));
   max_unpool_compute<Engine>(in, indices, out, in_image, out_image, AtomicMaxScatter());
 }
 

@@ -1,6 +1,7 @@
 // median / nanmedian on CUDA: median_compute (ops/median_op.h) with the rows sorted by CUB's stable
 // segmented sort of (key, row position) pairs. Checks and layout are done by ops/median.cpp.
 #include "cuda/sort_reduce.cuh"
+#include "ops/median.h"
 #include "ops/median_op.h"
 
 #include <ATen/ops/arange.h>
@@ -23,6 +24,7 @@ struct CubSortRows {
   template <typename key_t>
   void operator()(key_t, const key_t* keys, const int32_t* pos, key_t* sorted_keys, int32_t* sorted_pos, int64_t R,
                   int64_t n) const {
+    plan::record(median_sort_kernels(R, n, sizeof(key_t)));
     const auto stream = c10::cuda::getCurrentCUDAStream();
     const at::Tensor offsets = at::arange(0, (R + 1) * n, n, like.options().dtype(at::kLong));
     const int64_t* begin = offsets.const_data_ptr<int64_t>();

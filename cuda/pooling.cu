@@ -14,6 +14,7 @@ void avg_pool_backward_kernel(at::Tensor& grad_in, const at::Tensor& grad_out, c
   const c10::cuda::CUDAGuard guard(grad_in.device());
   const int64_t n = grad_in.numel();
   if (n == 0) return;
+  plan::record(avg_pool_backward_call(grad_in));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_avg_pool_backward", [&] {
     with_avg_pool_op<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override,
                                /*force_general=*/false, [&](const auto& op) { launch_gather(op, n); });

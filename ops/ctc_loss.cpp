@@ -134,6 +134,22 @@ void group_by_label(const Op& op, int64_t n, int32_t* perm, int32_t* group_end) 
 
 }  // namespace
 
+plan::EngineCall ctc_loss_backward_kernels(const at::Tensor& out, const at::Tensor& log_alpha,
+                                           const at::Tensor& targets) {
+  const int64_t batch = out.size(1);
+  const int64_t es = log_alpha.element_size();
+  const int64_t table = 3 * batch * 8;
+  const int64_t groups = batch * log_alpha.size(2) * 4;
+  const int64_t group_ends = batch * out.size(2) * 4;
+  const int64_t cells = log_alpha.numel() * es;
+  // Traffic: the table; targets read, groups written; beta reads log_probs and writes log_beta per cell; the
+  // gradient reads log_probs and writes out per element, and reads log_alpha and log_beta per cell.
+  const int64_t moved = table + targets.numel() * targets.element_size() + groups + group_ends + 2 * cells +
+                        2 * out.numel() * es + 2 * cells;
+  return plan::kernel_call(/*launches=*/3, /*copies=*/1, /*allocations=*/4, table + cells + groups + group_ends,
+                           moved);
+}
+
 void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Tensor& log_probs,
                            const at::Tensor& targets, const CtcPlan& plan, const at::Tensor& nll,
                            const at::Tensor& log_alpha, int64_t blank, bool zero_infinity, bool lanes) {
@@ -186,7 +202,8 @@ at::Tensor ctc_loss_backward(const at::Tensor& grad, const at::Tensor& log_probs
   const at::Tensor nll = neg_log_likelihood.contiguous();
   if (out.is_cuda()) {
     cuda::ctc_loss_backward_kernel(out, grad, lp, targets, plan, nll, la, blank, zero_infinity);
-  } else {
+  } else if (!plan::record(ctc_loss_backward_kernels(out, la, targets))) {
+    // NB: the CPU path records the CUDA path's kernels it stands for (ops/plan.h); in plan-only mode that is all.
     ctc_loss_backward_cpu(out, grad, lp, targets, plan, nll, la, blank, zero_infinity);
   }
   return out;

@@ -443,6 +443,8 @@ struct GridInputGradOp {
 
 }  // namespace detops
 
+#include "ops/plan_record.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -498,6 +500,14 @@ bool grid_input_grad_streaming_cpu(const GridInputGradOp<scalar_t>& op, int64_t 
   return true;
 }
 
+// The sort-reduce call of the input gradient (ops/plan.h): the taps of every grid point, keyed by pixel, one
+// column per channel.
+template <typename scalar_t>
+plan::EngineCall grid_input_grad_call(const GridGeom& g) {
+  return plan::sort_reduce_call(g.N * g.out_plane() * g.taps(), g.N * g.in_plane(), g.C,
+                                sizeof(acc_type<scalar_t>));
+}
+
 // On an engine (cpu::Engine or cuda::Engine), all tensors contiguous and on one device: grad_grid always,
 // grad_input (zero-filled) when defined. `fold` forces a form of the tree (tests: every form the count allows
 // gives the same bits). kStreaming (the CPU): the input gradient by grid_input_grad_streaming_cpu where it
@@ -543,11 +553,17 @@ void grid_sampler_backward_compute(const GridGeom& g, const at::Tensor& grad_out
     if (!want_input) return;
     GridInputGradOp<scalar_t> in_op{tap_keys, tap_weights, grad_output.const_data_ptr<scalar_t>(),
                                     grad_input.data_ptr<scalar_t>(), g.taps(), g.C, g.out_plane(), g.in_plane()};
+    const plan::EngineCall call = grid_input_grad_call<scalar_t>(g);
     if constexpr (kStreaming) {
-      if (streaming && grid_input_grad_streaming_cpu(in_op, n, g.N * g.in_plane())) return;
+      // The streaming path stands for the engine's call (ops/plan.h): recorded in its place; in plan-only mode
+      // that is all it does.
+      if (streaming && (plan::plan_only() || grid_input_grad_streaming_cpu(in_op, call.n, call.num_keys))) {
+        plan::record(call);
+        return;
+      }
     }
     Engine::template sort_reduce<acc_t>(g.dims == 3 ? "grid_sampler_3d_backward" : "grid_sampler_2d_backward",
-                                        in_op, n, g.N * g.in_plane(), g.C, input);
+                                        in_op, call.n, call.num_keys, call.D, input);
   });
 }
 

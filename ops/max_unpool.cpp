@@ -130,6 +130,8 @@ at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const 
   if (work.is_cuda()) {
     cuda::max_unpool_kernel(in, idx, work, in_image, out_image);
   } else {
+    // NB: the serial scatter stands for the CUDA path's winner kernels (ops/plan.h).
+    plan::record(max_unpool_kernels(in.numel(), work.numel()));
     max_unpool_compute<cpu::Engine>(in, idx, work, in_image, out_image, SerialScatter());
   }
   if (!work.is_same(out)) out.copy_(work);
@@ -137,6 +139,11 @@ at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const 
 }
 
 }  // namespace
+
+plan::EngineCall max_unpool_kernels(int64_t n, int64_t outputs) {
+  // Traffic: the table written by the fill; the indices read and the table raised, once per input element.
+  return plan::kernel_call(/*launches=*/2, /*copies=*/0, /*allocations=*/1, outputs * 8, outputs * 8 + 2 * n * 8);
+}
 
 at::Tensor& max_unpool2d_out(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
                              at::Tensor& out) {

@@ -3,10 +3,17 @@
 // (registration/cpu_ops.def). nn.MaxUnpool1d goes through max_unpool2d.
 #pragma once
 
+#include "ops/plan_record.h"
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 
 namespace detops {
+
+// The CUDA path's own work before its gather (cuda/max_unpool.cu; a kernel entry, ops/plan_record.h) for n input
+// elements and `outputs` output elements: the winner table (one allocation, filled with -1 by one kernel) and
+// the winner kernel. The CPU path records it in their place.
+plan::EngineCall max_unpool_kernels(int64_t n, int64_t outputs);
 
 at::Tensor max_unpool2d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size);
 at::Tensor& max_unpool2d_out(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,

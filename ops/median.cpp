@@ -57,7 +57,10 @@ std::tuple<at::Tensor&, at::Tensor&> median_with_indices(const at::Tensor& self,
   if (self.is_cuda()) {
     cuda::median_kernel(rows, row_values, row_indices, ignore_nan);
   } else {
-    median_select_cpu(rows, row_values, row_indices, ignore_nan);
+    // NB: the CPU path stands for the CUDA path's calls (ops/plan.h): recorded, and in plan-only mode not run.
+    bool plan_only = false;
+    for (const plan::EngineCall& call : median_calls(R, n, rows.element_size())) plan_only = plan::record(call);
+    if (!plan_only) median_select_cpu(rows, row_values, row_indices, ignore_nan);
   }
   values.copy_(row_values.view(out_shape));
   indices.copy_(row_indices.view(out_shape));
@@ -65,6 +68,24 @@ std::tuple<at::Tensor&, at::Tensor&> median_with_indices(const at::Tensor& self,
 }
 
 }  // namespace
+
+plan::EngineCall median_sort_kernels(int64_t R, int64_t n, int64_t key_bytes) {
+  constexpr int64_t kPartitioningThreshold = 500;
+  const bool partition = R > kPartitioningThreshold;
+  const int64_t items = R * n;
+  const int64_t arrays = 2 * items * (key_bytes + 4);
+  const int64_t offsets = (R + 1) * 8;
+  // CUB's temp storage: the double buffers of keys and positions, and with partitioning two row lists.
+  const int64_t temp = items * (key_bytes + 4) + (partition ? 2 * R * 4 : 0);
+  // Traffic: the offsets written and read; the keys and positions read and the sorted ones written.
+  const int64_t moved = 2 * offsets + arrays;
+  return plan::kernel_call(/*launches=*/1 + (partition ? 3 : 1), /*copies=*/partition ? 1 : 0, /*allocations=*/6,
+                           arrays + offsets + temp, moved);
+}
+
+std::vector<plan::EngineCall> median_calls(int64_t R, int64_t n, int64_t key_bytes) {
+  return {plan::for_each_call(R * n), median_sort_kernels(R, n, key_bytes), plan::for_each_call(R)};
+}
 
 std::tuple<at::Tensor&, at::Tensor&> median_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& values,
                                                 at::Tensor& indices) {

@@ -107,12 +107,16 @@ struct NllLoss2dFinishOp {
 
 }  // namespace detops
 
+#include "ops/plan_record.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Reduction.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/ScalarType.h>
+
+#include <vector>
 
 namespace detops {
 
@@ -130,6 +134,15 @@ NllLoss2dTerms<scalar_t> make_nll_loss2d_terms(const at::Tensor& input, const at
   return terms;
 }
 
+// The engine calls of nll_loss2d_forward_compute, in order (ops/plan.h): for 'none' the gather over the pixels;
+// for the reductions the sort-reduce of every pixel's loss and weight (two keys: counted, ignored), then the
+// finishing step. The CPU path, which folds without the engine, records them in their place.
+template <typename scalar_t>
+std::vector<plan::EngineCall> nll_loss2d_forward_calls(int64_t pixels, int64_t reduction) {
+  if (reduction == at::Reduction::None) return {plan::for_each_call(pixels)};
+  return {plan::sort_reduce_call(pixels, 2, 2, sizeof(acc_type<scalar_t>)), plan::for_each_call(1)};
+}
+
 // output ([N, H, W] for 'none', [] otherwise) and total_weight ([]) of input's dtype, on an engine (cpu::Engine
 // or cuda::Engine); input, target and weight as above, target values already validated where the host does.
 // Any reduction other than none (0) and mean (1) sums, as stock's kernels read it.
@@ -141,28 +154,35 @@ void nll_loss2d_forward_compute(at::Tensor& output, at::Tensor& total_weight, co
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "detops_nll_loss2d_forward", [&] {
     using acc_t = acc_type<scalar_t>;
     const auto terms = make_nll_loss2d_terms<scalar_t>(input, target, weight, ignore_index);
+    const std::vector<plan::EngineCall> calls = nll_loss2d_forward_calls<scalar_t>(pixels, reduction);
     if (reduction == at::Reduction::None) {
-      Engine::for_each(NllLoss2dPixelOp<scalar_t>{terms, output.mutable_data_ptr<scalar_t>()}, pixels);
+      Engine::for_each(NllLoss2dPixelOp<scalar_t>{terms, output.mutable_data_ptr<scalar_t>()}, calls[0].n);
       return;
     }
     at::Tensor sums = at::zeros({2}, input.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
     const NllLoss2dSumOp<scalar_t> op{terms, sums.mutable_data_ptr<acc_t>()};
-    Engine::template sort_reduce<acc_t>("nll_loss2d_forward", op, pixels, 2, 2, input);
+    Engine::template sort_reduce<acc_t>("nll_loss2d_forward", op, calls[0].n, calls[0].num_keys, calls[0].D, input);
     Engine::for_each(NllLoss2dFinishOp<scalar_t>{sums.const_data_ptr<acc_t>(), output.mutable_data_ptr<scalar_t>(),
                                                  total_weight.mutable_data_ptr<scalar_t>(),
                                                  reduction == at::Reduction::Mean},
-                     1);
+                     calls[1].n);
   });
 }
 
 // The CPU computation: the same pixels, contributions and tree without the sort. 'mean' and 'sum' walk the
 // pixels once in source order, pushing each counted pixel's two columns to the contract's tree, the sequence
-// the sort-reduce engine's key-0 segment holds (docs/order_contract.md), then the finishing step.
+// the sort-reduce engine's key-0 segment holds (docs/order_contract.md), then the finishing step. It records
+// the engine calls it stands for (ops/plan.h), and in plan-only mode returns then.
 template <typename scalar_t>
 void nll_loss2d_forward_cpu(at::Tensor& output, at::Tensor& total_weight, const at::Tensor& input,
                             const at::Tensor& target, const at::Tensor& weight, int64_t reduction,
                             int64_t ignore_index) {
   using acc_t = acc_type<scalar_t>;
+  bool plan_only = false;
+  for (const plan::EngineCall& call : nll_loss2d_forward_calls<scalar_t>(target.numel(), reduction)) {
+    plan_only = plan::record(call);
+  }
+  if (plan_only) return;
   const auto terms = make_nll_loss2d_terms<scalar_t>(input, target, weight, ignore_index);
   const int64_t batch = input.size(0);
   if (reduction == at::Reduction::None) {

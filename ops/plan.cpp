@@ -1,5 +1,7 @@
 #include "ops/plan.h"
 
+#include "ops/plan_record.h"
+
 #include "ops/contract.h"
 
 #include <c10/util/Exception.h>
@@ -99,6 +101,15 @@ Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes) {
 PlanSummary plan_for(const EngineCall& call) {
   PlanSummary s;
   if (call.n <= 0) return s;
+  if (call.kind == kKernel) {
+    s.path = kKernelPath;
+    s.launches = call.n;
+    s.memsets = call.num_keys;
+    s.allocations = call.D;
+    s.workspace_bytes = call.acc_bytes;
+    s.bytes_moved = call.key_bytes;
+    return s;
+  }
   switch (call.kind) {
     case Kind::kForEach:
       s.path = Path::kGather;
@@ -162,6 +173,10 @@ bool record(const EngineCall& call) {
   return recorder.plan_only;
 }
 
+bool plan_only() {
+  return recorder.on && recorder.plan_only;
+}
+
 void start_recording(bool plan_only) {
   recorder.on = true;
   recorder.plan_only = plan_only;
@@ -181,9 +196,9 @@ std::vector<int64_t> to_list(const EngineCall& c) {
 }
 
 EngineCall call_from_list(const std::vector<int64_t>& f) {
-  TORCH_CHECK(f.size() == 6 && f[0] >= 0 && f[0] <= 2,
-              "detops: an engine call is [kind (0 sort_reduce, 1 for_each, 2 count), n, num_keys, D, acc bytes, "
-              "key bytes], got ", f.size(), " fields");
+  TORCH_CHECK(f.size() == 6 && f[0] >= 0 && f[0] <= 3,
+              "detops: an engine call is [kind (0 sort_reduce, 1 for_each, 2 count, 3 kernel), n, num_keys, D, "
+              "acc bytes, key bytes], got ", f.size(), " fields");
   return {static_cast<Kind>(f[0]), f[1], f[2], f[3], f[4], f[5]};
 }
 

@@ -3,6 +3,7 @@
 #include "ops/pooling.h"
 
 #include "ops/common.h"
+#include "ops/plan_record.h"
 #include "ops/pooling_op.h"
 #include "ops/sort_reduce_cpu.h"
 
@@ -104,7 +105,8 @@ at::Tensor avg_backward(const at::Tensor& grad_output, const at::Tensor& self, c
   const at::Tensor go = grad_output.contiguous();
   if (self.is_cuda()) {
     cuda::avg_pool_backward_kernel(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
-  } else {
+  } else if (!plan::record(avg_pool_backward_call(grad_in))) {
+    // NB: the CPU path stands for the CUDA path's gather (ops/plan.h): recorded, and in plan-only mode not run.
     avg_pool_backward_cpu(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
   }
   return in_format(self, grad_in, keep_format);
@@ -125,8 +127,9 @@ at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, cons
     return in_format(self, grad_in, keep_format);
   }
   const bool direct = can_take(into, self, {grad_output, self, indices});
-  // NB: straight into grad_input, bad indices must raise before anything is written.
-  if (direct) check_max_index_values(op_name, idx, s.input_plane());
+  // NB: straight into grad_input, bad indices must raise before anything is written; in plan-only mode
+  // (ops/plan.h) the CPU path does not run, so they are checked here.
+  if (direct || plan::plan_only()) check_max_index_values(op_name, idx, s.input_plane());
   at::Tensor grad_in = direct ? *into : at::empty(self.sizes(), options);
   if (!max_pool_backward_cpu(grad_in, go, idx, s.output_plane(), s.input_plane())) {
     // NB: a bad index raises here; an element selected more than kBlock times takes the sort-reduce

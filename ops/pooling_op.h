@@ -16,6 +16,7 @@
 
 #include "ops/contract.h"
 #include "ops/index_math.h"
+#include "ops/plan_record.h"
 
 namespace detops {
 
@@ -314,6 +315,12 @@ void with_avg_pool_op(at::Tensor& grad_in, const at::Tensor& grad_out, const Poo
   f(general);
 }
 
+// The average pools' one gather over grad_in (ops/plan.h): the CUDA path's launch, recorded by it and by the CPU
+// path in its place.
+inline plan::EngineCall avg_pool_backward_call(const at::Tensor& grad_in) {
+  return plan::for_each_call(grad_in.numel());
+}
+
 // Average pools, one element per op call on an engine (cuda::Engine's kernels; cpu::Engine::for_each reaches
 // the same code, with force_general the 64-bit, StreamingTree-capable op): every element of grad_in
 // (contiguous, the input's shape) gathers its windows from grad_out (contiguous).
@@ -444,6 +451,13 @@ inline void avg_pool_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
   });
 }
 
+// The engine call of max_pool_backward_compute (ops/plan.h): every output sends its gradient to the input
+// element its index selects. The CPU path, which folds without the engine, records it in its place.
+template <typename scalar_t>
+plan::EngineCall max_pool_backward_call(const at::Tensor& grad_in, const at::Tensor& grad_out) {
+  return plan::sort_reduce_call(grad_out.numel(), grad_in.numel(), 1, sizeof(acc_type<scalar_t>));
+}
+
 // Max pools on an engine: grad_in zero-filled; the elements some index selects are written.
 template <typename Engine>
 void max_pool_backward_compute(const char* name, at::Tensor& grad_in, const at::Tensor& grad_out,
@@ -451,7 +465,8 @@ void max_pool_backward_compute(const char* name, at::Tensor& grad_in, const at::
   if (grad_out.numel() == 0 || grad_in.numel() == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward", [&] {
     const auto op = make_max_pool_op<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
-    Engine::template sort_reduce<acc_type<scalar_t>>(name, op, grad_out.numel(), grad_in.numel(), 1, grad_in);
+    const plan::EngineCall call = max_pool_backward_call<scalar_t>(grad_in, grad_out);
+    Engine::template sort_reduce<acc_type<scalar_t>>(name, op, call.n, call.num_keys, call.D, grad_in);
   });
 }
 
@@ -513,11 +528,15 @@ bool max_pool_backward_scatter_cpu(at::Tensor& grad_in, const at::Tensor& grad_o
   return ok.load();
 }
 
+// Where it is done, it records the CUDA engine's call it stands for (max_pool_backward_call); in plan-only mode
+// (ops/plan.h) it records that call and returns true without computing.
 inline bool max_pool_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const at::Tensor& indices,
                                   int64_t output_plane, int64_t input_plane) {
   bool done = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward", [&] {
-    done = max_pool_backward_scatter_cpu<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
+    done = plan::plan_only() ||
+           max_pool_backward_scatter_cpu<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
+    if (done) plan::record(max_pool_backward_call<scalar_t>(grad_in, grad_out));
   });
   return done;
 }
