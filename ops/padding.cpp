@@ -5,6 +5,7 @@
 
 #include "ops/common.h"
 #include "ops/padding_op.h"
+#include "ops/plan_record.h"
 #include "ops/sort_reduce_cpu.h"
 
 #include <ATen/MemoryOverlap.h>
@@ -130,7 +131,9 @@ at::Tensor pad_backward(const PadOp& op, const at::Tensor& grad_output, const at
   const at::Tensor go = grad_output.contiguous();
   if (self.is_cuda()) {
     cuda::pad_backward_kernel(grad_in, go, d, op.reflect);
-  } else {
+  } else if (!plan::record(plan::for_each_call(grad_in.numel()))) {
+    // NB: the CPU path stands for the CUDA path's one gather over grad_in (ops/plan_record.h): recorded, and in
+    // plan-only mode not run.
     pad_backward_cpu(grad_in, go, d, op.reflect);
   }
   return fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);

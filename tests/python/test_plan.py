@@ -323,6 +323,15 @@ def test_average_pools_record_their_gather():
     assert bool((out == 7.0).all())
 
 
+def test_padding_records_its_gather():
+    for case in C.cases(ops=["reflection_pad2d_backward", "replication_pad3d_backward.grad_input"]):
+        call = case.build(torch.device("cpu"), torch.Generator().manual_seed(0), False)
+        for plan_only in (False, True):
+            plan = P.plan_summary(C.twin_op(case.op), *call.args, plan_only=plan_only, **call.kwargs)
+            assert _calls(plan) == [{"kind": "for_each", "n": call.args[1].numel(), "num_keys": 0, "D": 1,
+                                     "acc_bytes": 0, "key_bytes": 0}], (case.op, plan_only)
+
+
 def _calls(plan: P.Plan):
     return [c.call for c in plan.calls]
 
