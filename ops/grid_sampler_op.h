@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "ops/contract.h"
+#include "ops/tree_form.h"
 
 namespace detops {
 
@@ -213,16 +214,6 @@ struct GridGradSum {
   }
   C10_HOST_DEVICE acc_t total() { return any ? add_rn(acc_t(0), tree.finish()) : acc_t(0); }
 };
-
-// How a grad_grid component's contributions (at most C * taps) are folded: NB: the host picks the smallest
-// form of the contract's tree that holds them (docs/order_contract.md).
-enum class GridFold : int { Block = 0, TwoLevel = 1, Streaming = 2 };
-
-inline GridFold grid_fold_for(int64_t contributions) {
-  return contributions <= kBlock ? GridFold::Block
-         : contributions <= kBlock * kBlock ? GridFold::TwoLevel
-                                            : GridFold::Streaming;
-}
 
 }  // namespace grid
 
@@ -515,7 +506,7 @@ plan::EngineCall grid_input_grad_call(const GridGeom& g) {
 template <typename Engine, bool kStreaming = false>
 void grid_sampler_backward_compute(const GridGeom& g, const at::Tensor& grad_output, const at::Tensor& input,
                                    const at::Tensor& grid, at::Tensor& grad_grid, at::Tensor& grad_input,
-                                   std::optional<grid::GridFold> fold = std::nullopt, bool streaming = true) {
+                                   std::optional<TreeForm> fold = std::nullopt, bool streaming = true) {
   const int64_t points = g.N * g.out_plane();
   if (points == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "detops_grid_sampler_backward", [&] {
@@ -542,14 +533,8 @@ void grid_sampler_backward_compute(const GridGeom& g, const at::Tensor& grad_out
       op.g = g;
       Engine::for_each(op, points);
     };
-    const grid::GridFold form = fold.value_or(grid::grid_fold_for(g.C * g.taps()));
-    if (form == grid::GridFold::Block) {
-      grad_grid_pass(BlockFold<acc_t>());
-    } else if (form == grid::GridFold::TwoLevel) {
-      grad_grid_pass(TwoLevelTree<acc_t>());
-    } else {
-      grad_grid_pass(StreamingTree<acc_t>());
-    }
+    // NB: a grad_grid component has at most C * taps contributions: the smallest form that holds them.
+    with_tree_form<acc_t>(fold.value_or(tree_form_for(g.C * g.taps())), grad_grid_pass);
     if (!want_input) return;
     GridInputGradOp<scalar_t> in_op{tap_keys, tap_weights, grad_output.const_data_ptr<scalar_t>(),
                                     grad_input.data_ptr<scalar_t>(), g.taps(), g.C, g.out_plane(), g.in_plane()};

@@ -16,6 +16,7 @@
 
 #include "ops/contract.h"
 #include "ops/index_math.h"
+#include "ops/tree_form.h"
 
 namespace detops {
 
@@ -96,11 +97,6 @@ struct AaAxisTable {
   const acc_t* w;
 };
 
-// How an element's contributions are folded. NB: the host knows the most contributions any element has
-// (the product of the longest lists), so it picks the cheapest form of the contract's tree that holds them;
-// all give tree_reduce's bits (docs/order_contract.md).
-enum class AaFold : int { Block = 0, TwoLevel = 1, Streaming = 2 };
-
 // The per-element arithmetic: grad_input element (p, y, x) walks its rows' outputs times its columns'
 // outputs, in ascending (oy, ox), each contribution (wx * wy) * grad_output, folded by the contract's tree.
 template <typename scalar_t>
@@ -111,7 +107,7 @@ struct UpsampleAaBackwardOp {
   int64_t ih, iw, oh, ow;
   AaAxisTable<acc_t> rows;
   AaAxisTable<acc_t> cols;
-  AaFold fold;
+  TreeForm fold;  // NB: the smallest form that holds the product of the longest lists (ops/tree_form.h)
 
   template <typename index_t, typename Acc>
   C10_HOST_DEVICE void visit(const scalar_t* plane, index_t y, index_t x, Acc& acc) const {
@@ -136,22 +132,10 @@ struct UpsampleAaBackwardOp {
       return;
     }
     const scalar_t* plane = grad_out + p * static_cast<index_t>(oh * ow);
-    acc_t sum;
-    // NB: the three forms of the contract's tree give the same bits for the same sequence; the host picks
-    // the smallest that holds the longest one (AaFold).
-    if (fold == AaFold::Block) {
-      BlockFold<acc_t> f;
+    const acc_t sum = with_tree_form<acc_t>(fold, [&](auto f) {
       visit(plane, y, x, f);
-      sum = f.finish();
-    } else if (fold == AaFold::TwoLevel) {
-      TwoLevelTree<acc_t> f;
-      visit(plane, y, x, f);
-      sum = f.finish();
-    } else {
-      StreamingTree<acc_t> f;
-      visit(plane, y, x, f);
-      sum = f.finish();
-    }
+      return f.finish();
+    });
     grad_in[at] = round_to<scalar_t>(add_rn(acc_t(0), sum));
   }
 };
@@ -305,7 +289,7 @@ UpsampleAaBackwardOp<scalar_t> make_upsample_aa_backward_op(at::Tensor& grad_in,
   const acc_t* weights = reinterpret_cast<const acc_t*>(index + t.weights_at);
   op.rows = {index + t.row_start, index + t.row_out, weights + t.row_w};
   op.cols = {index + t.col_start, index + t.col_out, weights + t.col_w};
-  op.fold = t.longest <= kBlock ? AaFold::Block : t.longest <= kBlock * kBlock ? AaFold::TwoLevel : AaFold::Streaming;
+  op.fold = tree_form_for(t.longest);
   return op;
 }
 

@@ -22,6 +22,7 @@
 #include "ops/contract.h"
 #include "ops/ctc_loss_math.h"
 #include "ops/index_math.h"
+#include "ops/tree_form.h"
 
 namespace detops {
 
@@ -118,11 +119,6 @@ struct UpsampleReaders {
   const acc_t* w;        // [start[in]]
 };
 
-// How an element's contributions are folded: NB: the host knows the most contributions any element has
-// (the product of the longest reader runs), so it picks the cheapest form of the contract's tree that
-// holds them; all give tree_reduce's bits (docs/order_contract.md).
-enum class UpsampleFold : int { Block = 0, TwoLevel = 1, Streaming = 2 };
-
 // The per-element arithmetic: grad_input element (n, c, i[0], i[1], i[2]) walks its readers along (D, H, W)
 // in ascending output linear position, each contribution ((w_d * w_h) * w_w) * grad_output, folded by the
 // contract's tree. The 1-D and 2-D ops use identity axes of size 1 for the others.
@@ -135,7 +131,7 @@ struct UpsampleBackwardOp {
   int64_t channels;
   int64_t in[3];
   UpsampleReaders<acc_t> axis[3];
-  UpsampleFold fold;
+  TreeForm fold;  // NB: the smallest form that holds the product of the longest reader runs (ops/tree_form.h)
   bool channels_last;
 
   template <typename index_t>
@@ -175,22 +171,10 @@ struct UpsampleBackwardOp {
     }
     const scalar_t* plane =
         grad_out + n * static_cast<index_t>(go_stride[0]) + c * static_cast<index_t>(go_stride[1]);
-    acc_t sum;
-    // NB: the three forms of the contract's tree give the same bits for the same sequence; the host picks
-    // the smallest that holds the longest one (UpsampleFold).
-    if (fold == UpsampleFold::Block) {
-      BlockFold<acc_t> f;
+    const acc_t sum = with_tree_form<acc_t>(fold, [&](auto f) {
       visit(i, plane, f);
-      sum = f.finish();
-    } else if (fold == UpsampleFold::TwoLevel) {
-      TwoLevelTree<acc_t> f;
-      visit(i, plane, f);
-      sum = f.finish();
-    } else {
-      StreamingTree<acc_t> f;
-      visit(i, plane, f);
-      sum = f.finish();
-    }
+      return f.finish();
+    });
     // NB: NaN results are written as the positive quiet NaN (x86 and CUDA propagate NaNs with different bits).
     grad_in[at] = round_to<scalar_t>(ctc::canonicalize_nan(add_rn(acc_t(0), sum)));
   }
@@ -370,9 +354,7 @@ UpsampleBackwardOp<scalar_t> make_upsample_backward_op(at::Tensor& grad_in, cons
     op.in[k] = spec.in[k];
     op.axis[k] = {ip + t.first_at[k], ip + t.start_at[k], wp + t.w_at[k]};
   }
-  op.fold = t.longest <= kBlock           ? UpsampleFold::Block
-            : t.longest <= kBlock * kBlock ? UpsampleFold::TwoLevel
-                                           : UpsampleFold::Streaming;
+  op.fold = tree_form_for(t.longest);
   op.channels = grad_in.size(1);
   op.channels_last = channels_last;
   return op;

@@ -186,10 +186,9 @@ TEST(CpuPaths, GridSamplerFoldsAndStreamingInputGradGiveTheSameBits) {
             const at::Tensor grid =
                 (clustered ? at::rand(grid_sizes) * 0.1 + 0.2 : at::rand(grid_sizes) * 2.4 - 1.2).to(dtype);
             at::Tensor ref_grid, ref_input;
-            for (auto fold : {detops::grid::GridFold::Streaming, detops::grid::GridFold::TwoLevel,
-                              detops::grid::GridFold::Block}) {
-              if (fold == detops::grid::GridFold::Block && C * g.taps() > detops::kBlock) continue;
-              if (fold == detops::grid::GridFold::TwoLevel && C * g.taps() > detops::kBlock * detops::kBlock) continue;
+            for (auto fold : {detops::TreeForm::Streaming, detops::TreeForm::TwoLevel, detops::TreeForm::Block}) {
+              if (fold == detops::TreeForm::Block && C * g.taps() > detops::kBlock) continue;
+              if (fold == detops::TreeForm::TwoLevel && C * g.taps() > detops::kBlock * detops::kBlock) continue;
               for (bool streaming : {false, true}) {
                 at::Tensor grad_grid = at::empty_like(grid);
                 at::Tensor grad_input = at::zeros_like(input);
