@@ -45,14 +45,7 @@ void scatter_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const
   if (index.numel() == 0 || result.numel() == 0) return;
   cpu::with_scatter_layout_cpu<int64_t>("scatter_", result, dim, index, src,
                                         [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
-    dispatch_element_bits("scatter_", result, [&](auto tag) {
-      using bits_t = decltype(tag);
-      ScatterLastOp<bits_t, std::decay_t<decltype(layout)>> op;
-      op.out = static_cast<bits_t*>(result.data_ptr());
-      op.src = static_cast<const bits_t*>(src.const_data_ptr());
-      op.layout = layout;
-      cpu::last_writer_pass(op, n, num_keys, D);
-    });
+    with_scatter_last_op(result, src, layout, [&](const auto& op) { cpu::last_writer_pass(op, n, num_keys, D); });
   });
 }
 

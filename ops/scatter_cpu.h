@@ -3,6 +3,7 @@
 // writer's pass in source order.
 #pragma once
 
+#include "ops/plan_record.h"
 #include "ops/scatter_add_op.h"
 #include "ops/sort_reduce_cpu.h"
 
@@ -94,8 +95,7 @@ void with_scatter_layout_cpu(const char* op, const at::Tensor& result, int64_t d
 template <typename Op>
 void last_writer_pass(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   // Recorded as the engine call it stands for (ops/plan.h: the CUDA engine makes that call).
-  const int64_t acc_bytes = sizeof(typename Op::acc_t);
-  if (plan::record({plan::Kind::kSortReduce, n, num_keys, D, acc_bytes, plan::key_bytes_for(num_keys)})) return;
+  if (plan::record(plan::sort_reduce_call(n, num_keys, D, sizeof(typename Op::acc_t)))) return;
   const auto pass = [&](int64_t lo, int64_t hi) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = op.key(i);

@@ -43,6 +43,20 @@ struct ScatterLastOp {
 
 namespace detops {
 
+// f(op) with the last writer's op (result's elements as bits of their width) over one layout of
+// with_scatter_layout; the CPU path reaches it with its own layouts too (ops/scatter_cpu.h).
+template <typename Layout, typename F>
+void with_scatter_last_op(at::Tensor& result, const at::Tensor& src, const Layout& layout, F&& f) {
+  dispatch_element_bits("scatter_", result, [&](auto tag) {
+    using bits_t = decltype(tag);
+    ScatterLastOp<bits_t, Layout> op;
+    op.out = static_cast<bits_t*>(result.data_ptr());
+    op.src = static_cast<const bits_t*>(src.const_data_ptr());
+    op.layout = layout;
+    f(op);
+  });
+}
+
 // result (contiguous, holding self) gets scatter_ of `src` (result's dtype, strided) on an engine
 // (cpu::Engine or cuda::Engine); index is int64 and the arguments are checked by the front end.
 template <typename Engine>
@@ -50,12 +64,7 @@ void scatter_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, c
   if (index.numel() == 0 || result.numel() == 0) return;
   with_scatter_layout<int64_t>("scatter_", result, dim, index, src,
                                [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
-    dispatch_element_bits("scatter_", result, [&](auto tag) {
-      using bits_t = decltype(tag);
-      ScatterLastOp<bits_t, std::decay_t<decltype(layout)>> op;
-      op.out = static_cast<bits_t*>(result.data_ptr());
-      op.src = static_cast<const bits_t*>(src.const_data_ptr());
-      op.layout = layout;
+    with_scatter_last_op(result, src, layout, [&](const auto& op) {
       Engine::template sort_reduce<int64_t>("scatter_", op, n, num_keys, D, result);
     });
   });

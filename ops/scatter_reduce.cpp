@@ -57,26 +57,7 @@ void scatter_reduce_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index
   if (index.numel() == 0 || result.numel() == 0) return;
   cpu::with_scatter_layout_cpu<int64_t>(kOp, result, dim, index, src,
                                         [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
-    using Layout = std::decay_t<decltype(layout)>;
-    at::Tensor counts;
-    if (reduce == Reduction::Mean) {
-      // NB: a destination's count is the same for every column, so one column counts them.
-      counts = at::zeros({num_keys}, result.options().dtype(at::kLong));
-      const CountOp<Layout> count{layout, counts.data_ptr<int64_t>()};
-      cpu::Engine::sort_reduce<int64_t>(kOp, count, n, num_keys, 1, result);
-    }
-    AT_DISPATCH_FLOATING_TYPES_AND3(at::kHalf, at::kBFloat16, at::kLong, result.scalar_type(),
-                                    "detops_scatter_reduce", [&] {
-      dispatch_reduction(reduce, [&](auto r) {
-        ScatterReduceOp<scalar_t, decltype(r)::value, Layout> op;
-        op.out = result.data_ptr<scalar_t>();
-        op.src = src.const_data_ptr<scalar_t>();
-        op.layout = layout;
-        op.counts = counts.defined() ? counts.const_data_ptr<int64_t>() : nullptr;
-        op.finish = {include_self, ints.bits, ints.is_unsigned};
-        cpu::Engine::sort_reduce<acc_type<scalar_t>>(kOp, op, n, num_keys, D, result);
-      });
-    });
+    scatter_reduce_on_layout<cpu::Engine>(layout, n, num_keys, D, result, src, reduce, include_self, ints);
   });
 }
 

@@ -157,32 +157,39 @@ void dispatch_reduction(Reduction reduce, F&& f) {
 // result (contiguous, holding self; a floating dtype, or int64 holding an integer tensor of dtype `ints`)
 // gets the scatter_reduce of `src` (result's dtype) on an engine (cpu::Engine or cuda::Engine); index is
 // int64 and the arguments are checked by the front end.
+// The reduction over one layout of with_scatter_layout (n contributions, num_keys keys, D columns) on an
+// engine; the CPU path reaches it with its own layouts too (ops/scatter_cpu.h).
+template <typename Engine, typename Layout>
+void scatter_reduce_on_layout(const Layout& layout, int64_t n, int64_t num_keys, int64_t D, at::Tensor& result,
+                              const at::Tensor& src, Reduction reduce, bool include_self, IntDtype ints) {
+  at::Tensor counts;
+  if (reduce == Reduction::Mean) {
+    // NB: a destination's count is the same for every column, so one column counts them.
+    counts = at::zeros({num_keys}, result.options().dtype(at::kLong));
+    const CountOp<Layout> count{layout, counts.data_ptr<int64_t>()};
+    Engine::template sort_reduce<int64_t>("scatter_reduce_", count, n, num_keys, 1, result);
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND3(at::kHalf, at::kBFloat16, at::kLong, result.scalar_type(),
+                                  "detops_scatter_reduce", [&] {
+    dispatch_reduction(reduce, [&](auto r) {
+      ScatterReduceOp<scalar_t, decltype(r)::value, Layout> op;
+      op.out = result.data_ptr<scalar_t>();
+      op.src = src.const_data_ptr<scalar_t>();
+      op.layout = layout;
+      op.counts = counts.defined() ? counts.const_data_ptr<int64_t>() : nullptr;
+      op.finish = {include_self, ints.bits, ints.is_unsigned};
+      Engine::template sort_reduce<acc_type<scalar_t>>("scatter_reduce_", op, n, num_keys, D, result);
+    });
+  });
+}
+
 template <typename Engine>
 void scatter_reduce_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             Reduction reduce, bool include_self, IntDtype ints) {
   if (index.numel() == 0 || result.numel() == 0) return;
   with_scatter_layout<int64_t>("scatter_reduce_", result, dim, index, src,
                                [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
-    using Layout = std::decay_t<decltype(layout)>;
-    at::Tensor counts;
-    if (reduce == Reduction::Mean) {
-      // NB: a destination's count is the same for every column, so one column counts them.
-      counts = at::zeros({num_keys}, result.options().dtype(at::kLong));
-      const CountOp<Layout> count{layout, counts.data_ptr<int64_t>()};
-      Engine::template sort_reduce<int64_t>("scatter_reduce_", count, n, num_keys, 1, result);
-    }
-    AT_DISPATCH_FLOATING_TYPES_AND3(at::kHalf, at::kBFloat16, at::kLong, result.scalar_type(),
-                                    "detops_scatter_reduce", [&] {
-      dispatch_reduction(reduce, [&](auto r) {
-        ScatterReduceOp<scalar_t, decltype(r)::value, Layout> op;
-        op.out = result.data_ptr<scalar_t>();
-        op.src = src.const_data_ptr<scalar_t>();
-        op.layout = layout;
-        op.counts = counts.defined() ? counts.const_data_ptr<int64_t>() : nullptr;
-        op.finish = {include_self, ints.bits, ints.is_unsigned};
-        Engine::template sort_reduce<acc_type<scalar_t>>("scatter_reduce_", op, n, num_keys, D, result);
-      });
-    });
+    scatter_reduce_on_layout<Engine>(layout, n, num_keys, D, result, src, reduce, include_self, ints);
   });
 }
 
