@@ -8,7 +8,8 @@
 #   build     configure build-gpu/ (tests ON, benchmarks OFF: bench/bench_ops.py measures) and build it
 #   test      ctest -L gpu, ctest -LE gpu, pytest one chunk per tests/python file (in parallel), doctor
 #   sanitize  compute-sanitizer memcheck, racecheck, initcheck, synccheck over scripts/sanitize_cases.py
-#   bench     scripts/output_hashes.py (CPU + CUDA), bench/bench_ops.py, python -m detops report
+#   bench     scripts/output_hashes.py (CPU + CUDA), examples/reproducible_training.py twice, bench/bench_ops.py,
+#             python -m detops report
 #
 # A phase that needs libdetops.so builds it first when build-gpu/ is missing or stale (a fresh machine).
 # Nothing stops the run: every step runs under its own `timeout`, failures are recorded and the next step
@@ -25,9 +26,19 @@
 # DETOPS_GPU_BUILD_DIR (default build-gpu/), DETOPS_CUDA_ARCHITECTURES (default: the device's),
 # DETOPS_GPU_BUDGET_S, DETOPS_GPU_JOBS (parallel test chunks, default 4), DETOPS_GPU_PYTEST_MARK (e.g. gpu),
 # DETOPS_GPU_TEST_TIMEOUT (per pytest test where pytest-timeout is installed, default 240),
-# DETOPS_SANITIZE_DTYPES (default: float32 float64 float16 bfloat16), DETOPS_GPU_CMAKE_ARGS (more configure
-# arguments), DETOPS_SANITIZE_ARGS (more compute-sanitizer options), DETOPS_GPU_RUN_NO_GPU_OK=1 (run for
-# real without a GPU: for testing this script).
+# DETOPS_SANITIZE_DTYPES (default: float32 float64 float16 bfloat16), DETOPS_SANITIZE_LIGHT_DTYPES (racecheck,
+# initcheck and synccheck; default: DETOPS_SANITIZE_DTYPES), DETOPS_GPU_CMAKE_ARGS (more configure
+# arguments), DETOPS_SANITIZE_ARGS (more compute-sanitizer options), DETOPS_BENCH_ARGS (more bench_ops.py
+# options), DETOPS_GPU_REPORT=0 (no report step), DETOPS_GPU_RUN_NO_GPU_OK=1 (run for real without a GPU:
+# for testing this script).
+#
+# A short lease (one command does everything):
+#   DETOPS_GPU_PREBUILT=<tarball or dir>  libdetops.so and tests/test_gpu built elsewhere for this device
+#       (scripts/gpu_prepare.sh --prebuilt): the build phase unpacks them instead of building, the test phase
+#       runs tests/test_gpu itself (no CTest; the CPU-only C++ tests are CI's)
+#   DETOPS_GPU_XDIST=<n>  the pytest steps as one `pytest -n <n>` (pytest-xdist) instead of a chunk per file
+#   DETOPS_GPU_OVERLAP=1  the sanitizers start in the test phase's pool instead of after it
+#   DETOPS_GPU_PYTEST_FILES="<paths>"  only these test files (default: every tests/python/test_*.py)
 #
 # DETOPS_GPU_RUN_DRY=1: a dry run for machines without a GPU (CI). It configures into a temporary build dir
 # with GoogleTest forced from source, lists the build plan (ninja -n) and the CTest tests, collects the
@@ -44,6 +55,9 @@ if [ -n "${PYTHON:-}" ]; then py="$PYTHON"
 elif [ -x "$root/.venv/bin/python" ]; then py="$root/.venv/bin/python"
 else py=python3; fi
 budget="${DETOPS_GPU_BUDGET_S:-540}"
+prebuilt="${DETOPS_GPU_PREBUILT:-}"
+xdist="${DETOPS_GPU_XDIST:-0}"
+overlap="${DETOPS_GPU_OVERLAP:-0}"
 jobs_max="${DETOPS_GPU_JOBS:-4}"
 start=$SECONDS
 reserve=15   # seconds kept for writing the summary and packing the logs
@@ -115,6 +129,11 @@ if [ $dry = 1 ]; then
 else
   lib="$build/libdetops.so"
 fi
+[ -z "$prebuilt" ] || case "$prebuilt" in /*) ;; *) prebuilt="$root/$prebuilt" ;; esac
+# The prebuilt C++ tests find torch's libraries (and its CUDA runtime) here, not where they were linked.
+torch_libs="$("$py" -c 'import os, torch; d = os.path.dirname(torch.__file__)
+print(":".join(p for p in (os.path.join(d, "lib"), os.path.join(d, "..", "nvidia", "cu13", "lib")) if os.path.isdir(p)))' 2>/dev/null || true)"
+if [ -n "$xdist" ] && [ "$xdist" != 0 ] && ! "$py" -c 'import xdist' 2>/dev/null; then xdist=0; fi
 export DETOPS_LIBRARY="$lib" PYTHONUNBUFFERED=1
 export PYTHONPATH="$root/python_shim${PYTHONPATH:+:$PYTHONPATH}"
 # torch.testing._internal (the OpInfo tests) imports expecttest; the GPU image lacks it, so
@@ -207,12 +226,17 @@ details_pytest() {  # the counts line, each failing test id, and on a timeout th
   [ -n "$counts" ] && echo "$counts"
   if grep -q 'short test summary info' "$log"; then
     grep -E '^(FAILED|ERROR) ' "$log" | sed 's/ - .*//' | head -200
-  else  # stopped before pytest's own summary: the verdicts printed so far (-v)
-    grep -E '^tests/.*::.* (FAILED|ERROR)' "$log" | sed -E 's/^(\S+) +(FAILED|ERROR).*/\2 \1/' | head -200
+  else  # stopped before pytest's own summary: the verdicts printed so far (-v; with -n: "[gwN] ... FAILED id")
+    { grep -E '^tests/.*::.* (FAILED|ERROR)' "$log" | sed -E 's/^(\S+) +(FAILED|ERROR).*/\2 \1/'
+      grep -E '^\[gw[0-9]+\].* (FAILED|ERROR) tests/' "$log" | sed -E 's/.* (FAILED|ERROR) (\S+).*/\1 \2/'; } | head -200
   fi
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
     echo "running when stopped: $(grep -E '^tests/.*::' "$log" | tail -1 | sed 's/ *\(PASSED\|FAILED\|SKIPPED\|ERROR\|XFAIL\|XPASS\).*//')"
   fi
+}
+
+details_gtest() {  # GoogleTest's own summary lines and each failing test
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]|^\[==========\] [0-9]+ tests? from .* ran' "$1" | sort -u | head -40
 }
 
 details_ctest() {
@@ -230,6 +254,7 @@ details_sanitizer() {
 }
 
 details_tail() { tail -n +3 "$1" | grep -v '^\s*$' | tail -3; }
+details_repro() { grep -E '^(weights sha256|repro:)' "$1" | tail -3; }
 details_doctor() { sed -n '/^versions:/,$p' "$1" | head -20; }
 details_bench() {  # how many measurements, the variants that raised, the targets
   local log=$1
@@ -341,7 +366,38 @@ configure() {  # tests ON; where GoogleTest can be neither found nor built, test
   [ $configured = 1 ]
 }
 
+unpack_prebuilt() {  # DETOPS_GPU_PREBUILT: the library and the C++ tests built elsewhere
+  build_tried=1
+  if step "$1" prebuilt tail 120 "$py" - "$prebuilt" "$build" <<'PY'
+import pathlib, shutil, subprocess, sys, tarfile
+src, dst = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+if src.is_dir():
+    for name in ("libdetops.so", "tests/test_gpu", "prebuilt.txt"):
+        if (src / name).exists():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / name, dst / name)
+else:
+    with tarfile.open(src) as tar:
+        tar.extractall(dst, filter="data")
+if (dst / "prebuilt.txt").exists():
+    print((dst / "prebuilt.txt").read_text().strip())
+missing = [n for n in ("libdetops.so", "tests/test_gpu") if not (dst / n).is_file()]
+if missing:
+    sys.exit(f"prebuilt: {src} lacks {', '.join(missing)}")
+cuobjdump = shutil.which("cuobjdump") or shutil.which("/usr/local/cuda/bin/cuobjdump")
+elves = cuobjdump and subprocess.run([cuobjdump, "--list-elf", str(dst / "libdetops.so")], capture_output=True, text=True)
+if elves and elves.returncode == 0:
+    arches = sorted({part for line in elves.stdout.split() for part in line.split(".") if part.startswith("sm_")})
+    print(f"prebuilt: libdetops.so carries {', '.join(arches) or 'no'} machine code")
+print(f"prebuilt: {dst}/libdetops.so, {dst}/tests/test_gpu")
+PY
+  then built_all=1 built_lib=1; fi
+  pack
+  [ $built_lib = 1 ]
+}
+
 build_all() {  # everything that builds (ninja -k 0), else the library alone
+  [ -n "$prebuilt" ] && { unpack_prebuilt "$1"; return; }
   build_tried=1
   configure "$1" || return 1
   if step "$1" build build 480 cmake --build "$build" -- -k 0; then built_all=1 built_lib=1; pack; return 0; fi
@@ -351,6 +407,7 @@ build_all() {  # everything that builds (ninja -k 0), else the library alone
 
 build_lib() {
   [ $built_lib = 1 ] && return 0
+  [ -n "$prebuilt" ] && { unpack_prebuilt "$1"; return; }
   configure "$1" || return 1
   step "$1" build-library build 420 cmake --build "$build" --target detops && built_lib=1
   pack
@@ -397,7 +454,7 @@ phase_build() {
 # ---- test --------------------------------------------------------------------------------------------
 pytest_files() {  # files of gpu tests first, most marks first (the longest chunks start first)
   local f n
-  for f in tests/python/test_*.py; do
+  for f in ${DETOPS_GPU_PYTEST_FILES:-tests/python/test_*.py}; do
     n="$(grep -c 'mark\.gpu' "$f")"
     grep -q '^pytestmark = pytest\.mark\.gpu' "$f" && n=1000
     printf '%s %s\n' "$n" "$f"
@@ -423,24 +480,35 @@ phase_test() {
   if [ $dry = 1 ] || have_library; then
     info_only=1 step test doctor doctor 60 "$py" -m detops doctor
   fi
-  if [ $dry = 1 ] || { [ $configured = 1 ] && [ -f "$build/tests/CTestTestfile.cmake" ]; }; then
+  if [ $dry = 0 ] && [ -n "$prebuilt" ]; then
+    if [ -x "$build/tests/test_gpu" ]; then
+      pstep test test_gpu gtest 300 env LD_LIBRARY_PATH="$build:$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        "$build/tests/test_gpu"
+    else
+      new_seq; result "$SEQ" test test_gpu MISSING - 0 "no tests/test_gpu in the prebuilt $prebuilt"
+    fi
+  elif [ $dry = 1 ] || { [ $configured = 1 ] && [ -f "$build/tests/CTestTestfile.cmake" ]; }; then
     pstep test ctest-gpu ctest 300 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 280 -j 2
     pstep test ctest-rest ctest 300 ctest --test-dir "$build" -LE gpu --output-on-failure --timeout 280 -j 8
   else
     new_seq; result "$SEQ" test ctest SKIPPED - 0 "the C++ tests were not configured (see the build steps)"
   fi
-  if [ $dry = 1 ] || have_library; then
+  if { [ $dry = 1 ] || have_library; } && [ "$xdist" != 0 ]; then
+    pstep test pytest-xdist pytest 300 "$py" -m pytest "${pytest_opts[@]}" -n "$xdist" "${files[@]}"
+  elif [ $dry = 1 ] || have_library; then
     for f in "${files[@]}"; do
       pstep test "pytest-$(basename "$f" .py)" pytest 300 "$py" -m pytest "${pytest_opts[@]}" "$f"
     done
   else
     new_seq; result "$SEQ" test pytest SKIPPED - 0 "no libdetops.so at $lib"
   fi
-  pool_wait
+  # DETOPS_GPU_OVERLAP=1: the sanitize phase adds its steps to this pool and waits for both.
+  [ "$overlap" = 1 ] && [ $want_sanitize = 1 ] || pool_wait
 }
 
 # ---- sanitize ----------------------------------------------------------------------------------------
 read -r -a sanitize_dtypes <<<"${DETOPS_SANITIZE_DTYPES:-float32 float64 float16 bfloat16}"
+read -r -a sanitize_light_dtypes <<<"${DETOPS_SANITIZE_LIGHT_DTYPES:-${sanitize_dtypes[*]}}"
 read -r -a sanitize_args <<<"${DETOPS_SANITIZE_ARGS:-}"
 
 phase_sanitize() {
@@ -461,10 +529,11 @@ phase_sanitize() {
   # The four tools at once (separate processes, small inputs), with the caching allocator off so that
   # every tensor is its own allocation; memcheck also compares CUDA with the CPU twin bit for bit.
   for tool in memcheck racecheck initcheck synccheck; do
-    extra=(--no-compare); [ $tool = memcheck ] && extra=()
+    extra=(--no-compare --dtypes "${sanitize_light_dtypes[@]}")
+    [ $tool = memcheck ] && extra=(--dtypes "${sanitize_dtypes[@]}")
     pstep sanitize "$tool" sanitizer 300 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "${sanitizer:-compute-sanitizer}" \
       --tool "$tool" --error-exitcode 99 "${sanitize_args[@]}" "$py" scripts/sanitize_cases.py --device cuda \
-      --dtypes "${sanitize_dtypes[@]}" "${extra[@]}"
+      "${extra[@]}"
   done
   pool_wait
 }
@@ -491,15 +560,22 @@ phase_bench() {
   fi
   step bench hashes tail 180 "$py" scripts/output_hashes.py --devices cpu cuda --out "$hashes"
   pack
+  # The reproducible-training example twice, in two processes: the same weights, bit for bit.
+  step bench repro repro 120 bash -c 'for i in 1 2; do echo "repro: run $i"; "$1" examples/reproducible_training.py || exit 1
+    done >"$2" 2>&1; cat "$2"; n="$(grep "^weights sha256" "$2" | sort -u | wc -l)"
+    [ "$(grep -c "^weights sha256" "$2")" = 2 ] && [ "$n" = 1 ] && echo "repro: identical across two processes" && exit 0
+    echo "repro: the two runs differ"; exit 1' _ "$py" "$logs/repro-runs.txt"
+  pack
   bench_table="$table"
-  step bench bench bench 330 "$py" bench/bench_ops.py --out "$json" --markdown "$table"
+  read -r -a bench_args <<<"${DETOPS_BENCH_ARGS:-}"
+  step bench bench bench 330 "$py" bench/bench_ops.py --out "$json" --markdown "$table" "${bench_args[@]}"
   pack
   if [ -f "$json" ] && [ ! -f "$table" ]; then  # cut short: the table of what was measured
     "$py" -c 'import json, sys; from detops.report import format_markdown
 open(sys.argv[2], "w").write(format_markdown(json.load(open(sys.argv[1]))))' "$json" "$table" 2>>"$logs/bench.log"
   fi
   rm -f "$json.tmp"
-  if [ -f "$json" ] || [ $dry = 1 ]; then
+  if { [ -f "$json" ] || [ $dry = 1 ]; } && [ "${DETOPS_GPU_REPORT:-1}" != 0 ]; then
     step bench report tail 150 "$py" -m detops report --results "$json" --out-dir "$OUT"
     [ $dry = 1 ] || cp "$logs/report.log" "$report" 2>/dev/null
   fi

@@ -130,3 +130,30 @@ def test_sanitize_cases_runs_every_covered_op_on_cpu():
     listed = _run([sys.executable, "scripts/sanitize_cases.py", "--list"], 60)
     ops = {line.split()[0] for line in listed.stdout.splitlines()}
     assert ops == set(detops.covered_ops())
+
+
+def test_prebuilt_runs_the_carried_cpp_suite_and_selected_files(tmp_path):
+    # A short lease: the library and tests/test_gpu built elsewhere (DETOPS_GPU_PREBUILT, here a directory),
+    # the C++ suite run directly, the pytest steps restricted to some files. Without a GPU (NO_GPU_OK) the
+    # gpu tests skip, so this checks the paths and the summary, not the kernels.
+    lib = pathlib.Path(detops.load_library())
+    test_gpu = lib.parent / "tests" / "test_gpu"
+    if not test_gpu.is_file():
+        pytest.skip(f"no tests/test_gpu beside {lib} (a build with DETOPS_BUILD_TESTS=ON)")
+    prebuilt = tmp_path / "prebuilt"
+    (prebuilt / "tests").mkdir(parents=True)
+    shutil.copy2(lib, prebuilt / "libdetops.so")
+    shutil.copy2(test_gpu, prebuilt / "tests" / "test_gpu")
+    out = tmp_path / "out"
+    proc = _run(["bash", str(RUNNER), "build", "test"], 240, DETOPS_GPU_RUN_NO_GPU_OK="1", OUT=str(out),
+                DETOPS_GPU_PREBUILT=str(prebuilt), DETOPS_GPU_BUILD_DIR=str(tmp_path / "build"),
+                DETOPS_GPU_PYTEST_MARK="gpu", DETOPS_GPU_PYTEST_FILES="tests/python/test_histc.py")
+    summaries = sorted(out.glob("*-tests.txt"))
+    assert len(summaries) == 1, (proc.stdout[-3000:], proc.stderr[-3000:])
+    summary = summaries[0].read_text()
+    assert proc.returncode == 0, summary
+    steps = _steps(summary)
+    assert steps["prebuilt"] == "ok" and steps["test_gpu"] == "ok" and steps["pytest-test_histc"] == "ok", summary
+    assert "configure" not in steps and "ctest-gpu" not in steps, summary
+    assert [name for name in steps if name.startswith("pytest-")] == ["pytest-test_histc"], summary
+    assert re.search(r"\d+ skipped", summary), summary
