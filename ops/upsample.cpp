@@ -83,8 +83,10 @@ UpsampleSpec check_upsample_backward(const UpsampleOp& op, const at::Tensor& gra
   }
   UpsampleSpec spec{};
   spec.align_corners = align_corners;
-  // A bicubic call whose two axes keep their sizes is a copy (stock's special case); a linear axis that
-  // keeps its size is one too, whatever its scale (compute_source_index_and_lambda).
+  // Stock CUDA's maps, which the twin follows on every device (docs/upsample.md): a bicubic call whose two axes
+  // keep their sizes is a copy, and so is a linear1d axis that keeps its size and a trilinear3d call whose
+  // three axes do; otherwise a linear axis that keeps its size still maps through its scale (stock's CPU
+  // kernels copy it whatever the scale), which is a copy only when that scale is 1.
   bool all_same = true;
   for (int k = 0; k < n; ++k) all_same = all_same && input_size[2 + k] == output_size[k];
   for (int k = 0; k < 3; ++k) {
@@ -98,7 +100,9 @@ UpsampleSpec check_upsample_backward(const UpsampleOp& op, const at::Tensor& gra
     } else if (op.cubic) {
       spec.map[k] = all_same ? UpsampleMap::Identity : UpsampleMap::Cubic;
     } else {
-      spec.map[k] = spec.in[k] == spec.out[k] ? UpsampleMap::Identity : UpsampleMap::Linear;
+      const bool copies = n == 1 || (n == 3 && all_same);
+      const bool unit_scale = align_corners || !scales[k].has_value() || *scales[k] <= 0. || *scales[k] == 1.;
+      spec.map[k] = spec.in[k] == spec.out[k] && (copies || unit_scale) ? UpsampleMap::Identity : UpsampleMap::Linear;
     }
   }
   return spec;
