@@ -99,9 +99,9 @@ TEST(Gpu, OverridesUnderTheFlagEqualTheCpuTwinAndRepeatBitwise) {
   at::manual_seed(1);
   // About 50 contributions into each element: two blocks of the order contract's tree.
   const at::Tensor self = at::randn({1000, 64}, at::kCUDA);
-  const at::Tensor index = at::randint(0, 1000, {50000}, at::kCUDA);
+  const at::Tensor index = at::randint(0, 1000, {50000}, at::TensorOptions(at::kCUDA).dtype(at::kLong));
   const at::Tensor source = at::randn({50000, 64}, at::kCUDA);
-  const at::Tensor sindex = at::randint(0, 1000, {50000, 64}, at::kCUDA);
+  const at::Tensor sindex = at::randint(0, 1000, {50000, 64}, at::TensorOptions(at::kCUDA).dtype(at::kLong));
   at::Tensor stock;
   {
     const ModeGuard off("off");

@@ -53,6 +53,23 @@ def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor, msg: str = "") -> Non
     assert torch.equal(bits(a), bits(b)), f"{msg}: not bitwise identical"
 
 
+def assert_as_accurate_as_stock(got: torch.Tensor, stock: torch.Tensor, ref: torch.Tensor, floor: float,
+                                msg: str = "") -> None:
+    """``got`` is finite wherever the float64 reference ``ref`` is, and its error ||got - ref|| / ||ref|| is at
+    most twice stock's (over the elements where stock is finite) or at most ``floor``. For stock kernels whose
+    own rounding (half-precision atomics, long float recursions) or non-finite results rule out a fixed
+    tolerance against stock."""
+    got, stock, ref = (t.detach().cpu().double() for t in (got, stock, ref))
+    assert got.shape == stock.shape == ref.shape, f"{msg}: {got.shape} / {stock.shape} / {ref.shape}"
+    finite = ref.isfinite()
+    assert bool(got[finite].isfinite().all()), f"{msg}: non-finite where the float64 reference is finite"
+    norm = max(float(ref[finite].norm()), 1e-300)
+    err = float((got - ref)[finite].norm()) / norm
+    both = finite & stock.isfinite()
+    err_stock = float((stock - ref)[both].norm()) / norm
+    assert err <= max(2 * err_stock, floor), f"{msg}: error {err:.3g} against float64, stock's {err_stock:.3g}"
+
+
 def rtol_for(dtype: torch.dtype) -> float:
     """detops accumulates in float (double for double) and rounds once: within one output ulp of float64."""
     return {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}[dtype]

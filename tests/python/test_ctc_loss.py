@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import detops
-from conftest import HAS_CUDA, assert_bitwise_equal, bits
+from conftest import HAS_CUDA, assert_as_accurate_as_stock, assert_bitwise_equal, bits
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -295,10 +295,17 @@ def test_gpu_cuda_twin_equals_cpu_twin_bitwise(case, zero_infinity):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", range(len(GPU_CASES)))
 def test_gpu_matches_stock_cuda(case):
-    args = to_device(make_case(seed=case, **GPU_CASES[case]), "cuda")
+    # Against float64, at least as accurate as stock CUDA: on an H200, stock CUDA's float32 backward gave NaN
+    # at 42 elements of case 4 (T=400) and differed from float64 by about 3e-4 relative in case 8, as ours does.
+    cpu_args = make_case(seed=case, **GPU_CASES[case])
+    args = to_device(cpu_args, "cuda")
     with detops.mode("off"):
-        ref = torch.ops.aten._ctc_loss_backward(*args, True)
-    torch.testing.assert_close(ours(args, True), ref, **tol(GPU_CASES[case]["dtype"]))
+        stock_cuda = torch.ops.aten._ctc_loss_backward(*args, True)
+    grad, lp, targets, il, tl, _, _, blank = cpu_args
+    nll64, alpha64 = torch.ops.aten._ctc_loss(lp.double(), targets, il, tl, blank, True)
+    ref = torch.ops.aten._ctc_loss_backward(grad.double(), lp.double(), targets, il, tl, nll64, alpha64, blank, True)
+    floor = {torch.float32: 5e-4, torch.float64: 1e-10}[GPU_CASES[case]["dtype"]]
+    assert_as_accurate_as_stock(ours(args, True), stock_cuda, ref, floor, f"case {case}")
 
 
 @pytest.mark.gpu
