@@ -80,13 +80,14 @@ def run(device: str, dtypes, ops=None, shapes=None, seed: int = 0, compare: bool
                 if device == "cuda":
                     torch.cuda.synchronize()
             except Exception as e:  # noqa: BLE001 - reported, then the next case runs
-                # A dtype the twin rejects on the CPU too is unsupported, not a failure.
-                try:
-                    args, kwargs = C.fresh_args(call, "cpu", dtype)
-                    twin(*args, **kwargs)
-                except Exception as cpu_error:  # noqa: BLE001
+                # A dtype the twin rejects on the CPU too, or that stock's own CUDA kernel rejects (histc takes
+                # no half or bfloat16 there), is unsupported, not a failure.
+                unsupported = _rejected(twin, call, "cpu", dtype)
+                if unsupported is None and device == "cuda":
+                    unsupported = _rejected(C.aten_op(case.op), call, device, dtype, stock=True)
+                if unsupported is not None:
                     counts["skipped"] += 1
-                    log(f"skip {what}: unsupported dtype ({_first_line(cpu_error)})")
+                    log(f"skip {what}: unsupported dtype ({unsupported})")
                     continue
                 counts["failed"] += 1
                 log(f"FAIL {what}: {_first_line(e)}")
@@ -108,6 +109,21 @@ def run(device: str, dtypes, ops=None, shapes=None, seed: int = 0, compare: bool
             counts["ok"] += 1
             log(f"ok   {what}")
     return counts
+
+
+def _rejected(op, call, device, dtype, stock=False):
+    """The first line of the error ``op`` raises on fresh arguments (prefixed "stock CUDA: " for the stock aten
+    op, run with detops mode "off"), or None when it runs."""
+    try:
+        args, kwargs = C.fresh_args(call, device, dtype)
+        if stock:
+            with detops.mode("off"):
+                op(*args, **kwargs)
+        else:
+            op(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        return ("stock CUDA: " if stock else "") + _first_line(e)
+    return None
 
 
 def main(argv=None) -> int:

@@ -16,7 +16,10 @@ Two alerts listed for older releases are gone in 2.11 and are kept here as deter
 check (``tests/python/test_audit.py``, marker ``gpu``) also confirms they run:
 ``reflection_pad2d_backward`` (alert removed upstream) and ``cumsum`` (no ``cumsum_cuda_kernel`` alert).
 ``cudnn_grid_sampler_backward`` (kind ``ATOMICS``) was read in the disassembly instead, since its name is also
-its checks' caller string: 2.11's kernel makes no ``alertNotDeterministic`` call.
+its checks' caller string: 2.11's kernel makes no ``alertNotDeterministic`` call. The same trap hid
+``adaptive_max_pool3d_backward_cuda`` (its ``AT_DISPATCH`` name): a GPU run (H200, 2026-11-26) found that call
+does not throw, and it is listed as ``ATOMICS`` where the windows overlap. Every other entry was checked there
+against a real call under the flag (``tests/python/test_audit.py``, marker ``gpu``).
 """
 
 from __future__ import annotations
@@ -116,6 +119,17 @@ _REDUCE_SUM_MEAN = _arg_is(4, "reduce", lambda r: r in ("sum", "mean"))
 _NO_ACCUMULATE = _arg_is(3, "accumulate", lambda a: not a, False)
 _REDUCE_MULTIPLY = _arg_is(4, "reduce", lambda r: r == "multiply")
 
+
+
+def _max_pool3d_windows_overlap(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """adaptive_max_pool3d_backward(grad_output, self, indices): stock's atomic kernel runs when an input size
+    is not a multiple of its output size."""
+    grad, x = argument(args, kwargs, 0, "grad_output"), argument(args, kwargs, 1, "self")
+    if grad is None or x is None:
+        return True
+    return any(i % o != 0 for i, o in zip(x.shape[-3:], grad.shape[-3:]) if o > 0)
+
+
 STOCK_TABLE: Dict[str, Tuple[StockEntry, ...]] = {
     # Wave 1 (DESIGN.md §1).
     **_overloads("_adaptive_avg_pool2d_backward _adaptive_avg_pool2d_backward.out",
@@ -126,8 +140,12 @@ STOCK_TABLE: Dict[str, Tuple[StockEntry, ...]] = {
                  _throws("adaptive_avg_pool3d_backward_cuda", 1)),
     **_overloads("adaptive_max_pool2d_backward adaptive_max_pool2d_backward.grad_input",
                  _throws("adaptive_max_pool2d_backward_cuda", 1)),
+    # No alert in 2.11 (its caller string is also the kernel's dispatch name, so the library scan found it):
+    # seen on an H200, where the call under the flag ran. Overlapping windows take the atomicAdd kernel.
     **_overloads("adaptive_max_pool3d_backward adaptive_max_pool3d_backward.grad_input",
-                 _throws("adaptive_max_pool3d_backward_cuda", 1)),
+                 StockEntry(ATOMICS, "atomicadaptivemaxgradinput", when="when windows overlap (an input size "
+                            "not a multiple of its output size)", applies=_max_pool3d_windows_overlap, wave=1),
+                 StockEntry(DETERMINISTIC, "adaptivemaxgradinput", wave=1)),
     **_overloads("avg_pool3d_backward avg_pool3d_backward.grad_input",
                  _throws("avg_pool3d_backward_cuda", 1)),
     **_overloads("max_pool3d_with_indices_backward max_pool3d_with_indices_backward.grad_input",
