@@ -1,6 +1,7 @@
 // scatter (src, value, reduce and value_reduce; functional, in place, .out): checks, routing and the CPU
 // path. Without a reduction both devices run the sort-reduce engine over ScatterLastOp (ops/scatter_op.h,
-// CUDA: cuda/scatter.cu): the last writer in source order wins, every dtype. reduce='add' and 'multiply'
+// CUDA: cuda/scatter.cu): the last writer in source order wins, every dtype; a scalar value is written by
+// stock's kernel, since every writer writes the same bits. reduce='add' and 'multiply'
 // are scatter_reduce's sum and prod with self included (scatter_reduce_on_engine, docs/order_contract.md
 // "Reductions"): floating dtypes in their accumulate type, integers and bool exactly in int64; complex goes
 // to stock.
@@ -19,7 +20,6 @@
 #include <ATen/ops/scatter_cuda_dispatch.h>
 
 #include <string>
-#include <type_traits>
 
 namespace detops {
 namespace {
@@ -84,9 +84,13 @@ at::Tensor& scatter_src_out(const at::Tensor& self, int64_t dim, const at::Tenso
       [&](at::Tensor& result) -> at::Tensor& { return scatter_src_(result, dim, index, src); });
 }
 
+// NB: every write of scatter_.value is of the same value, so stock's kernel, whatever its order, writes the
+// bits the contract's last writer would: the same on every device and every run, without a sort.
 at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
   dim = check_scatter_args(kOp, self, dim, index, nullptr);
-  return scatter_last_writer(self, dim, index, value_as_src(self, index, value));
+  if (index.numel() == 0) return self;
+  check_scatter_index_values(kOp, index, dim, self.dim() == 0 ? 1 : self.size(dim));
+  return self.is_cuda() ? at::cuda::scatter_(self, dim, index, value) : at::cpu::scatter_(self, dim, index, value);
 }
 
 at::Tensor scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
