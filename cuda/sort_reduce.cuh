@@ -12,6 +12,7 @@
 #include "ops/plan.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
 #include <c10/cuda/CUDAException.h>
@@ -262,12 +263,33 @@ __global__ void for_each_kernel(Op op, int64_t n) {
   }
 }
 
-// One thread per value: integer atomics, exact in any order.
-template <typename index_t>
+// One thread per value, grid-stride: the lanes of a warp that name the same bin add once (__match_any_sync),
+// into a histogram of the block in shared memory when kShared (flushed with one atomicAdd per nonzero bin),
+// else straight into counts. NB: integer additions are exact in any order, so the counts do not depend on
+// the launch shape or the schedule.
+template <bool kShared, typename index_t>
 __global__ void count_kernel(const index_t* values, int64_t n, int64_t bins, unsigned long long* counts) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t v = static_cast<int64_t>(values[i]);
-    if (v >= 0 && v < bins) atomicAdd(&counts[v], 1ull);
+  extern __shared__ unsigned long long block_counts[];
+  unsigned long long* target = kShared ? block_counts : counts;
+  if constexpr (kShared) {
+    for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) block_counts[b] = 0;
+    __syncthreads();
+  }
+  // The trip count depends on blockIdx only: every lane of a warp reaches __match_any_sync together.
+  for (int64_t base = int64_t{blockIdx.x} * blockDim.x; base < n; base += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    const int64_t v = i < n ? static_cast<int64_t>(values[i]) : -1;
+    const bool in_range = v >= 0 && v < bins;
+    const unsigned peers = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(in_range ? v : -1));
+    if (in_range && static_cast<int>(threadIdx.x % 32) == __ffs(peers) - 1) {
+      atomicAdd(&target[v], static_cast<unsigned long long>(__popc(peers)));
+    }
+  }
+  if constexpr (kShared) {
+    __syncthreads();
+    for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) {
+      if (block_counts[b] != 0) atomicAdd(&counts[b], block_counts[b]);
+    }
   }
 }
 
@@ -295,14 +317,25 @@ struct Engine {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
+  // Bins counted in shared memory first (8 bytes each: 32 KB), a few blocks per multiprocessor.
+  static constexpr int64_t kSharedCountBins = 4096;
+  static constexpr int kCountBlocksPerSM = 4;
+
   // counts: int64 device memory, zero-filled by the caller.
   template <typename index_t>
   static void count(const index_t* values, int64_t n, int64_t bins, int64_t* counts) {
     plan::record({plan::Kind::kCount, n, bins, 1, 0, sizeof(index_t)});
     if (n == 0) return;
     static_assert(sizeof(unsigned long long) == sizeof(int64_t));
-    count_kernel<<<grid_for(n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        values, n, bins, reinterpret_cast<unsigned long long*>(counts));
+    auto* out = reinterpret_cast<unsigned long long*>(counts);
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    if (bins <= kSharedCountBins) {
+      const int64_t blocks = int64_t{at::cuda::getCurrentDeviceProperties()->multiProcessorCount} * kCountBlocksPerSM;
+      const auto grid = static_cast<unsigned>(std::min<int64_t>(grid_for(n), blocks));
+      count_kernel<true><<<grid, kThreads, bins * sizeof(unsigned long long), stream>>>(values, n, bins, out);
+    } else {
+      count_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(values, n, bins, out);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 };
