@@ -6,8 +6,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 build="${DETOPS_BUILD_DIR:-$root/build}"
 # Where ccache is installed (CMakeLists.txt uses it when found), paths relative to the repository key its
-# cache, so the wheel build (tests/python/test_install.py) and other checkouts reuse these objects.
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+# cache and the build directory is left out of it (ccache hashes it for nvcc otherwise; the build has no
+# debug info to keep it for), so the wheel build (tests/python/test_install.py, build-wheel/) reuses these
+# objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 args=(-S "$root" -B "$build" -G Ninja -DDETOPS_PYTHON="$root/.venv/bin/python")
 if [ -n "${DETOPS_CUDA_ARCHITECTURES:-}" ]; then
   args+=(-DDETOPS_CUDA_ARCHITECTURES="$DETOPS_CUDA_ARCHITECTURES")

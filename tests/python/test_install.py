@@ -18,7 +18,9 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def _env_without_detops():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DETOPS_") and k != "PYTHONPATH"}
-    env["CCACHE_BASEDIR"] = str(REPO)  # where ccache is installed: shares compiled objects with build/
+    # Where ccache is installed: shares compiled objects with build/ (scripts/build.sh sets the same).
+    env["CCACHE_BASEDIR"] = str(REPO)
+    env["CCACHE_NOHASHDIR"] = "1"
     return env
 
 
