@@ -120,7 +120,6 @@ _NO_ACCUMULATE = _arg_is(3, "accumulate", lambda a: not a, False)
 _REDUCE_MULTIPLY = _arg_is(4, "reduce", lambda r: r == "multiply")
 
 
-
 def _max_pool3d_windows_overlap(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
     """adaptive_max_pool3d_backward(grad_output, self, indices): stock's atomic kernel runs when an input size
     is not a multiple of its output size."""
