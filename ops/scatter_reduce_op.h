@@ -154,9 +154,6 @@ void dispatch_reduction(Reduction reduce, F&& f) {
   }
 }
 
-// result (contiguous, holding self; a floating dtype, or int64 holding an integer tensor of dtype `ints`)
-// gets the scatter_reduce of `src` (result's dtype) on an engine (cpu::Engine or cuda::Engine); index is
-// int64 and the arguments are checked by the front end.
 // The reduction over one layout of with_scatter_layout (n contributions, num_keys keys, D columns) on an
 // engine; the CPU path reaches it with its own layouts too (ops/scatter_cpu.h).
 template <typename Engine, typename Layout>
@@ -183,6 +180,9 @@ void scatter_reduce_on_layout(const Layout& layout, int64_t n, int64_t num_keys,
   });
 }
 
+// result (contiguous, holding self; a floating dtype, or int64 holding an integer tensor of dtype `ints`)
+// gets the scatter_reduce of `src` (result's dtype) on an engine (cpu::Engine or cuda::Engine); index is
+// int64 and the arguments are checked by the front end.
 template <typename Engine>
 void scatter_reduce_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             Reduction reduce, bool include_self, IntDtype ints) {
