@@ -5,6 +5,7 @@
 #pragma once
 
 #include "cuda/sort_reduce_steps.h"
+#include "ops/common.h"
 #include "ops/contract.h"
 #include "ops/key_chunks.h"
 
@@ -98,13 +99,13 @@ void sort_reduce_in_chunks(const char* name, const Op& op, int64_t n, int64_t nu
     return std::vector<int64_t>(c, c + buckets);
   };
   const auto run = [&](const KeyChunk& chunk) {
-    at::Tensor pos = at::empty({chunk.count}, longs);
-    at::Tensor selected = at::empty({1}, longs);
+    at::Tensor pos = empty_scratch({chunk.count}, longs);
+    at::Tensor selected = empty_scratch({1}, longs);
     const KeyInRange<Op> in_range{op, chunk.lo, chunk.hi};
     size_t bytes = 0;
     C10_CUDA_CHECK(cub::DeviceSelect::If(nullptr, bytes, PositionIterator{0}, pos.data_ptr<int64_t>(),
                                          selected.data_ptr<int64_t>(), n, in_range, stream));
-    at::Tensor temp = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, device_options.dtype(at::kByte));
+    at::Tensor temp = empty_scratch({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, device_options.dtype(at::kByte));
     C10_CUDA_CHECK(cub::DeviceSelect::If(temp.data_ptr(), bytes, PositionIterator{0}, pos.data_ptr<int64_t>(),
                                          selected.data_ptr<int64_t>(), n, in_range, stream));
     // NB: the compaction is stable, so each destination's contributions keep their source order.

@@ -32,7 +32,7 @@ struct CubSortRows {
     C10_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(nullptr, bytes, keys, sorted_keys, pos, sorted_pos,
                                                              R * n, R, begin, begin + 1, stream));
     // NB: never zero bytes: a null temp pointer would turn the second call into a size query.
-    at::Tensor temp = at::empty({static_cast<int64_t>(bytes > 0 ? bytes : 1)}, like.options().dtype(at::kByte));
+    at::Tensor temp = empty_scratch({static_cast<int64_t>(bytes > 0 ? bytes : 1)}, like.options().dtype(at::kByte));
     C10_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(temp.data_ptr(), bytes, keys, sorted_keys, pos,
                                                              sorted_pos, R * n, R, begin, begin + 1, stream));
   }

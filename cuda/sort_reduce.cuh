@@ -8,6 +8,7 @@
 #include "cuda/chunked.cuh"
 #include "cuda/sort_reduce.h"
 #include "cuda/sort_reduce_steps.h"
+#include "ops/common.h"
 #include "ops/contract.h"
 #include "ops/plan.h"
 
@@ -26,6 +27,13 @@
 #include <type_traits>
 
 namespace detops::cuda {
+
+// Level 0 runs one warp per tile of positions (level0_rows_kernel) from this many columns on, when the call
+// has at least kWarpRowsMinPerKey contributions per key: leaders are then sparse. Where nearly every
+// position leads (about one contribution per key), one thread per (position, column) is faster: measured on
+// an H200, the warp kernel took 0.68-0.90x the speed there and 1.3-2.2x where keys repeat (bench/RESULTS.md).
+constexpr int32_t kWarpRowsMinD = 16;
+constexpr int64_t kWarpRowsMinPerKey = 4;
 
 struct Launch2D {
   dim3 grid;
@@ -78,6 +86,34 @@ __global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys,
   }
 }
 
+// Level 0 for wide rows with repeated keys (above): one warp per tile of 32 sorted positions. The lanes read the
+// tile's segment starts together and record slots (engine::slot_step, one position each); then the warp
+// takes the tile's block leaders in turn, its lanes over the columns. Only leaders fold, and a segment of k
+// contributions has ceil(k / kBlock) of them: one thread per (position, column) would launch a warp for
+// every position and leave most of them idle.
+template <typename acc_t, typename KeyT, typename Op>
+__global__ void __launch_bounds__(256, 4) level0_rows_kernel(Op op, const KeyT* keys, const int32_t* perm,
+                                                          const engine::SegItem* seg, int32_t n, int64_t num_keys,
+                                                          int32_t D, acc_t* scratch, int32_t* slot_first,
+                                                          int32_t* slot_pos, int32_t* num_slots) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t tile = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32 * 32;
+  if (tile >= n) return;  // whole warps: tile is the same for every lane
+  const int64_t p = tile + lane;
+  bool leader = false;
+  if (p < n) {
+    const auto q = static_cast<int32_t>(p);
+    engine::slot_step(keys, seg, n, num_keys, q, slot_first, slot_pos, num_slots);
+    leader = (q - seg[q].head) % kBlock == 0;
+  }
+  for (unsigned leaders = __ballot_sync(0xffffffffu, leader); leaders != 0; leaders &= leaders - 1) {
+    const auto q = static_cast<int32_t>(tile + __ffs(leaders) - 1);
+    for (int32_t c = lane; c < D; c += 32) {
+      engine::level0_step<acc_t>(op, keys, perm, seg, n, num_keys, D, scratch, q, c);
+    }
+  }
+}
+
 // Level L >= 1: one thread per (scratch slot, column); group leaders fold in place (engine::level_step).
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(256, 4) level_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
@@ -102,9 +138,15 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
   auto* slot_pos = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_pos) : nullptr;
   auto* num_slots = levels ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr;
   const KeyT* keys = static_cast<const KeyT*>(sorted.keys);
-  const Launch2D l0 = launch_2d(n, D);
-  level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(op, keys, sorted.perm, sorted.seg, n, num_keys, D,
-                                                                   scratch, slot_first, slot_pos, num_slots);
+  if (D >= kWarpRowsMinD && int64_t{n} >= kWarpRowsMinPerKey * num_keys) {
+    const auto grid = static_cast<unsigned>((int64_t{n} + 255) / 256);
+    level0_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, sorted.perm, sorted.seg, n, num_keys, D,
+                                                                  scratch, slot_first, slot_pos, num_slots);
+  } else {
+    const Launch2D l0 = launch_2d(n, D);
+    level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(op, keys, sorted.perm, sorted.seg, n, num_keys,
+                                                                     D, scratch, slot_first, slot_pos, num_slots);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   int32_t stride = 1;
   const Launch2D ll = launch_2d(layout.max_slots, D);
@@ -212,7 +254,7 @@ void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, in
   const bool single = plan::single_block(call);
   const plan::Layout layout = plan::layout_for(call, single ? 0 : cub_temp_bytes(n, call.key_bytes, bits));
   // The call's one allocation: keys, positions, segment items, slot tables, scratch and CUB's temp storage.
-  at::Tensor workspace = at::empty({layout.total}, device_options.dtype(at::kByte));
+  at::Tensor workspace = empty_scratch({layout.total}, device_options.dtype(at::kByte));
   char* ws = static_cast<char*>(workspace.data_ptr());
   if (single) {
     const bool levels = layout.levels > 0;
@@ -263,32 +305,45 @@ __global__ void for_each_kernel(Op op, int64_t n) {
   }
 }
 
-// One thread per value, grid-stride: the lanes of a warp that name the same bin add once (__match_any_sync),
-// into a histogram of the block in shared memory when kShared (flushed with one atomicAdd per nonzero bin),
-// else straight into counts. NB: integer additions are exact in any order, so the counts do not depend on
-// the launch shape or the schedule.
+// One thread per value, grid-stride, into a histogram of the block in shared memory when kShared (32-bit
+// counts, flushed with one atomicAdd per nonzero bin), else straight into counts. A warp whose lanes all name
+// one bin adds once (hot bins would otherwise serialise 32 atomics on one address). NB: integer additions
+// are exact in any order, so the counts do not depend on the launch shape or the schedule; the host sizes
+// the grid so that no block counts 2^32 values.
 template <bool kShared, typename index_t>
 __global__ void count_kernel(const index_t* values, int64_t n, int64_t bins, unsigned long long* counts) {
-  extern __shared__ unsigned long long block_counts[];
-  unsigned long long* target = kShared ? block_counts : counts;
+  extern __shared__ unsigned int block_counts[];
   if constexpr (kShared) {
     for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) block_counts[b] = 0;
     __syncthreads();
   }
-  // The trip count depends on blockIdx only: every lane of a warp reaches __match_any_sync together.
+  // The trip count depends on blockIdx only: every lane of a warp reaches the vote together.
   for (int64_t base = int64_t{blockIdx.x} * blockDim.x; base < n; base += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = base + threadIdx.x;
     const int64_t v = i < n ? static_cast<int64_t>(values[i]) : -1;
     const bool in_range = v >= 0 && v < bins;
-    const unsigned peers = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(in_range ? v : -1));
-    if (in_range && static_cast<int>(threadIdx.x % 32) == __ffs(peers) - 1) {
-      atomicAdd(&target[v], static_cast<unsigned long long>(__popc(peers)));
+    const int64_t first = __shfl_sync(0xffffffffu, v, 0);
+    const unsigned same = __ballot_sync(0xffffffffu, in_range && v == first);
+    if (same == 0xffffffffu) {
+      if (threadIdx.x % 32 == 0) {
+        if constexpr (kShared) {
+          atomicAdd(&block_counts[v], 32u);
+        } else {
+          atomicAdd(&counts[v], 32ull);
+        }
+      }
+    } else if (in_range) {
+      if constexpr (kShared) {
+        atomicAdd(&block_counts[v], 1u);
+      } else {
+        atomicAdd(&counts[v], 1ull);
+      }
     }
   }
   if constexpr (kShared) {
     __syncthreads();
     for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) {
-      if (block_counts[b] != 0) atomicAdd(&counts[b], block_counts[b]);
+      if (block_counts[b] != 0) atomicAdd(&counts[b], static_cast<unsigned long long>(block_counts[b]));
     }
   }
 }
@@ -317,8 +372,9 @@ struct Engine {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
-  // Bins counted in shared memory first (8 bytes each: 32 KB), a few blocks per multiprocessor.
-  static constexpr int64_t kSharedCountBins = 4096;
+  // Bins counted in shared memory first (4 bytes each: 32 KB), a few blocks per multiprocessor, and enough
+  // blocks that none counts 2^32 values (its 32-bit shared counts cannot wrap).
+  static constexpr int64_t kSharedCountBins = 8192;
   static constexpr int kCountBlocksPerSM = 4;
 
   // counts: int64 device memory, zero-filled by the caller.
@@ -330,9 +386,10 @@ struct Engine {
     auto* out = reinterpret_cast<unsigned long long*>(counts);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     if (bins <= kSharedCountBins) {
-      const int64_t blocks = int64_t{at::cuda::getCurrentDeviceProperties()->multiProcessorCount} * kCountBlocksPerSM;
+      const int64_t blocks = std::max<int64_t>(
+          int64_t{at::cuda::getCurrentDeviceProperties()->multiProcessorCount} * kCountBlocksPerSM, (n >> 31) + 1);
       const auto grid = static_cast<unsigned>(std::min<int64_t>(grid_for(n), blocks));
-      count_kernel<true><<<grid, kThreads, bins * sizeof(unsigned long long), stream>>>(values, n, bins, out);
+      count_kernel<true><<<grid, kThreads, bins * sizeof(unsigned int), stream>>>(values, n, bins, out);
     } else {
       count_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(values, n, bins, out);
     }

@@ -105,21 +105,40 @@ C10_HOST_DEVICE inline void slot_step(const KeyT* keys, const SegItem* seg, int3
   slot_pos[q] = p;
 }
 
+// Contributions a level-0 leader loads before folding them (kBlock is a multiple).
+constexpr int kLoadGroup = 8;
+
 // Level 0 for sorted position p and column c: the leader of each block folds it; a segment of one block
-// is finished here, longer ones leave their block sums in scratch.
+// is finished here, longer ones leave their block sums in scratch. NB: the block's keys, and then its
+// contributions kLoadGroup at a time, are loaded before they are compared or folded, so the loads are
+// independent instead of one chain; the fold is still fold_block's left fold in source order.
 template <typename acc_t, typename KeyT, typename Op>
 C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const int32_t* perm, const SegItem* seg,
                                         int32_t n, int64_t num_keys, int64_t D, acc_t* scratch, int32_t p,
                                         int64_t c) {
+  static_assert(kBlock % kLoadGroup == 0, "level0_step loads whole groups");
   const int32_t s0 = seg[p].head;
   if ((p - s0) % kBlock != 0) return;
   const KeyT key = keys[p];
   if (static_cast<int64_t>(key) >= num_keys) return;  // invalid contributions are sorted last, never written
+  // Keys are sorted, so the block's positions are those of the next kBlock that hold key.
   int count = 1;
-  while (count < kBlock && int64_t{p} + count < n && keys[p + count] == key) ++count;
+#pragma unroll
+  for (int i = 1; i < kBlock; ++i) count += (int64_t{p} + i < n && keys[p + i] == key) ? 1 : 0;
   const bool is_long = int64_t{s0} + kBlock < n && keys[s0 + kBlock] == key;
-  const acc_t s = fold_block<acc_t>([&](int i) { return op.contribution(perm[p + i], c); }, count,
-                                    combine_of_t<Op>());
+  const auto combine = combine_of_t<Op>();
+  acc_t s{};
+  for (int g = 0; g < count; g += kLoadGroup) {
+    acc_t v[kLoadGroup];
+#pragma unroll
+    for (int j = 0; j < kLoadGroup; ++j) {
+      if (g + j < count) v[j] = op.contribution(perm[p + g + j], c);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoadGroup; ++j) {
+      if (g + j < count) s = g + j == 0 ? v[j] : combine(s, v[j]);
+    }
+  }
   if (is_long) {
     const int32_t slot = slots_before(keys, seg[p], n, num_keys, p) + (p - s0) / kBlock;
     scratch[int64_t{slot} * D + c] = s;

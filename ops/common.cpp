@@ -3,10 +3,16 @@
 #include "detops/detops.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_to_copy.h>
 
 namespace detops {
+
+at::Tensor empty_scratch(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return options.device().is_cuda() ? at::detail::empty_cuda(sizes, options) : at::detail::empty_cpu(sizes, options);
+}
 
 bool engine_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;

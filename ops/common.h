@@ -36,6 +36,11 @@ void dispatch_element_bits(const char* op, const at::Tensor& t, F&& f) {
   }
 }
 
+// Scratch the op writes before it reads it: at::empty without the fill that torch adds to every at::empty under
+// torch.use_deterministic_algorithms(True) (torch.utils.deterministic.fill_uninitialized_memory), a whole pass
+// over the bytes. Never for a tensor the caller sees.
+at::Tensor empty_scratch(at::IntArrayRef sizes, const at::TensorOptions& options);
+
 // Dtypes the engines compute; other dtypes (integers: exact in stock already; bool, complex) go to the
 // stock kernel of the tensor's device.
 bool engine_dtype(at::ScalarType t);

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/common.h"
 #include "ops/contract.h"
 #include "ops/tree_form.h"
 
@@ -438,7 +439,6 @@ struct GridInputGradOp {
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 
 #include <optional>
 #include <vector>
@@ -517,8 +517,8 @@ void grid_sampler_backward_compute(const GridGeom& g, const at::Tensor& grad_out
     int64_t* tap_keys = nullptr;
     acc_t* tap_weights = nullptr;
     if (want_input) {
-      keys = at::empty({n}, input.options().dtype(at::kLong));
-      weights = at::empty({n}, input.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+      keys = empty_scratch({n}, input.options().dtype(at::kLong));
+      weights = empty_scratch({n}, input.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
       tap_keys = keys.data_ptr<int64_t>();
       tap_weights = weights.data_ptr<acc_t>();
     }

@@ -2,6 +2,7 @@
 // (Engine::count). The bin is stock CUDA's (aten cuda/SummaryOps.cu, getBin), operation for operation.
 #pragma once
 
+#include "ops/common.h"
 #include "ops/contract.h"
 
 #include <cstdint>
@@ -42,7 +43,6 @@ struct HistcBinOp {
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 
 namespace detops {
 
@@ -68,7 +68,7 @@ template <typename Engine>
 void histc_compute(at::Tensor& counts, const at::Tensor& input, double lo, double hi) {
   const int64_t n = input.numel();
   if (n == 0) return;
-  at::Tensor bins = at::empty({n}, input.options().dtype(at::kLong));
+  at::Tensor bins = empty_scratch({n}, input.options().dtype(at::kLong));
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "detops_histc", [&] {
     const auto op = make_histc_bin_op<scalar_t>(bins, input, lo, hi, counts.numel());
     Engine::for_each(op, n);

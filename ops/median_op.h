@@ -162,10 +162,11 @@ struct MedianPickOp {
 
 }  // namespace detops
 
+#include "ops/common.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <utility>
@@ -190,10 +191,10 @@ void median_compute(const at::Tensor& rows, at::Tensor& values, at::Tensor& indi
                                                           : at::kLong;
     const auto key_options = rows.options().dtype(key_dtype);
     const auto pos_options = rows.options().dtype(at::kInt);
-    at::Tensor keys = at::empty({R * n}, key_options);
-    at::Tensor pos = at::empty({R * n}, pos_options);
-    at::Tensor sorted_keys = at::empty({R * n}, key_options);
-    at::Tensor sorted_pos = at::empty({R * n}, pos_options);
+    at::Tensor keys = empty_scratch({R * n}, key_options);
+    at::Tensor pos = empty_scratch({R * n}, pos_options);
+    at::Tensor sorted_keys = empty_scratch({R * n}, key_options);
+    at::Tensor sorted_pos = empty_scratch({R * n}, pos_options);
     const scalar_t* in = rows.const_data_ptr<scalar_t>();
     key_t* k = static_cast<key_t*>(keys.data_ptr());
     key_t* sk = static_cast<key_t*>(sorted_keys.data_ptr());
