@@ -31,7 +31,7 @@ namespace detops::cuda {
 // Level 0 runs one warp per tile of positions (level0_rows_kernel) from this many columns on, when the call
 // has at least kWarpRowsMinPerKey contributions per key: leaders are then sparse. Where nearly every
 // position leads (about one contribution per key), one thread per (position, column) is faster: measured on
-// an H200, the warp kernel took 0.68-0.90x the speed there and 1.3-2.2x where keys repeat (bench/RESULTS.md).
+// an H200, the warp kernel ran at 0.68-0.97x the speed there and up to 2.2x where keys repeat (bench/RESULTS.md).
 constexpr int32_t kWarpRowsMinD = 16;
 constexpr int64_t kWarpRowsMinPerKey = 4;
 
