@@ -57,25 +57,31 @@ def _combined(digests) -> str:
     return h.hexdigest()
 
 
-def _inputs_digest(call: C.Call) -> str:
+def _inputs_digest(op: str, call: C.Call) -> str:
     items = []
-    for value in list(call.args) + [call.kwargs[k] for k in sorted(call.kwargs)]:
+    outs = _out_arguments(op)
+    for name, value in [(None, a) for a in call.args] + [(k, call.kwargs[k]) for k in sorted(call.kwargs)]:
         if isinstance(value, torch.Tensor):
-            items.append(tensor_digest(value) if not _is_out_buffer(call, value) else {"out": list(value.shape)})
+            items.append(tensor_digest(value) if name not in outs else {"out": list(value.shape)})
         else:
             items.append({"value": repr(value)})
     return _combined(items)
 
 
-def _is_out_buffer(call: C.Call, value: torch.Tensor) -> bool:
-    # .out / .grad_input buffers are torch.empty_like: their contents are never read.
-    return any(value is v for k, v in call.kwargs.items() if k in ("out", "grad_input"))
+def _out_arguments(op: str) -> set:
+    """The op's output buffers: keyword-only arguments its schema writes (``out``, ``grad_input``,
+    ``values``/``indices``, ``output``/``total_weight``). They are torch.empty: their bits are never read
+    and differ from run to run, so only their shapes are hashed."""
+    name, _, overload = op.split("::", 1)[1].partition(".")
+    schema = getattr(getattr(torch.ops.aten, name), overload or "default")._schema
+    return {a.name for a in schema.arguments
+            if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write}
 
 
 def run_case(case: C.Case, devices, seed: int, full: bool) -> dict:
     call = case.build(torch.device("cpu"), torch.Generator().manual_seed(seed), full)
     twin = C.twin_op(case.op)
-    entry = {"op": case.op, "shape": case.shape, "seed": seed, "inputs_sha256": _inputs_digest(call), "results": {}}
+    entry = {"op": case.op, "shape": case.shape, "seed": seed, "inputs_sha256": _inputs_digest(case.op, call), "results": {}}
     for device in devices:
         try:
             if twin is None:

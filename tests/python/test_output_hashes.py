@@ -1,5 +1,6 @@
 """scripts/output_hashes.py: SHA-256 of every output of the seeded case set, for comparing GPUs (and CPU)."""
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -64,11 +65,27 @@ def test_hashes_see_a_changed_output(tmp_path):
     assert "cpu: aten::scatter_add [hot_destination] differs (inputs differ too)" in compared.stdout
 
 
-def test_every_covered_overload_is_hashed(tmp_path):
+def test_every_covered_overload_is_hashed_the_same_on_every_run(tmp_path):
     proc, doc = _hashes(tmp_path, "all.json", "--devices", "cpu")
     assert proc.returncode == 0, proc.stderr
     assert {e["op"] for e in doc["cases"]} == set(detops.covered_ops())
     assert doc["context"]["covered_ops_without_case"] == []
+    # Inputs too: output buffers (torch.empty) are hashed by shape, and no case feeds uninitialised memory
+    # (CTC's log_alpha cells that stock leaves unwritten).
+    proc, again = _hashes(tmp_path, "again.json", "--devices", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    differ = [(a["op"], a["shape"]) for a, b in zip(doc["cases"], again["cases"]) if a != b]
+    assert differ == []
+
+
+def test_output_buffers_are_found_from_the_schema():
+    spec = importlib.util.spec_from_file_location("output_hashes", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module._out_arguments("aten::median.dim_values") == {"values", "indices"}
+    assert module._out_arguments("aten::nll_loss2d_forward.output") == {"output", "total_weight"}
+    assert module._out_arguments("aten::max_pool3d_with_indices_backward.grad_input") == {"grad_input"}
+    assert module._out_arguments("aten::index_add_") == set()  # in place: self is read, so hashed
 
 
 @pytest.mark.gpu
