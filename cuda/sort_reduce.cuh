@@ -69,8 +69,9 @@ __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys,
   keys[i] = static_cast<KeyT>(ok ? k : num_keys);
 }
 
-// Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_step). The first
-// column's thread of each position also records its slot (engine::slot_step). NB: launch bounds of 4 blocks of
+// Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_block once, then
+// engine::level0_fold per column). The first column's thread of each position also records its slot
+// (engine::slot_step). NB: launch bounds of 4 blocks of
 // 256 per SM cap the kernel at 64 registers (the fold of a block is otherwise unrolled into ~170).
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys, const int32_t* perm,
@@ -81,16 +82,19 @@ __global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys,
   if (p64 >= n) return;
   const int32_t p = static_cast<int32_t>(p64);
   if (blockIdx.y == 0 && threadIdx.x == 0) engine::slot_step(keys, seg, n, num_keys, p, slot_first, slot_pos, num_slots);
+  const engine::Level0Block b = engine::level0_block(keys, seg, n, num_keys, p);
+  if (b.count == 0) return;
   for (int32_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += gridDim.y * blockDim.x) {
-    engine::level0_step<acc_t>(op, keys, perm, seg, n, num_keys, D, scratch, p, c);
+    engine::level0_fold<acc_t>(op, perm, b, D, scratch, p, c);
   }
 }
 
-// Level 0 for wide rows with repeated keys (above): one warp per tile of 32 sorted positions. The lanes read the
-// tile's segment starts together and record slots (engine::slot_step, one position each); then the warp
-// takes the tile's block leaders in turn, its lanes over the columns. Only leaders fold, and a segment of k
-// contributions has ceil(k / kBlock) of them: one thread per (position, column) would launch a warp for
-// every position and leave most of them idle.
+// Level 0 for wide rows with repeated keys (above): one warp per tile of 32 sorted positions. Each lane takes
+// one position: it records its slot (engine::slot_step) and, if it leads a block, the block's count and slot
+// (engine::level0_block). Then the warp takes the tile's block leaders in turn, their facts broadcast from
+// their lanes, its lanes over the columns. Only leaders fold, and a segment of k contributions has
+// ceil(k / kBlock) of them: one thread per (position, column) would launch a warp for every position and
+// leave most of them idle.
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(256, 4) level0_rows_kernel(Op op, const KeyT* keys, const int32_t* perm,
                                                           const engine::SegItem* seg, int32_t n, int64_t num_keys,
@@ -100,16 +104,19 @@ __global__ void __launch_bounds__(256, 4) level0_rows_kernel(Op op, const KeyT* 
   const int64_t tile = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32 * 32;
   if (tile >= n) return;  // whole warps: tile is the same for every lane
   const int64_t p = tile + lane;
-  bool leader = false;
+  engine::Level0Block mine{0, 0, -1};
   if (p < n) {
     const auto q = static_cast<int32_t>(p);
     engine::slot_step(keys, seg, n, num_keys, q, slot_first, slot_pos, num_slots);
-    leader = (q - seg[q].head) % kBlock == 0;
+    mine = engine::level0_block(keys, seg, n, num_keys, q);
   }
-  for (unsigned leaders = __ballot_sync(0xffffffffu, leader); leaders != 0; leaders &= leaders - 1) {
-    const auto q = static_cast<int32_t>(tile + __ffs(leaders) - 1);
+  for (unsigned leaders = __ballot_sync(0xffffffffu, mine.count > 0); leaders != 0; leaders &= leaders - 1) {
+    const int from = __ffs(leaders) - 1;
+    const engine::Level0Block b{__shfl_sync(0xffffffffu, mine.key, from), __shfl_sync(0xffffffffu, mine.count, from),
+                                __shfl_sync(0xffffffffu, mine.slot, from)};
+    const auto q = static_cast<int32_t>(tile + from);
     for (int32_t c = lane; c < D; c += 32) {
-      engine::level0_step<acc_t>(op, keys, perm, seg, n, num_keys, D, scratch, q, c);
+      engine::level0_fold<acc_t>(op, perm, b, D, scratch, q, c);
     }
   }
 }

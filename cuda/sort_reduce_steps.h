@@ -108,43 +108,88 @@ C10_HOST_DEVICE inline void slot_step(const KeyT* keys, const SegItem* seg, int3
 // Contributions a level-0 leader loads before folding them (kBlock is a multiple).
 constexpr int kLoadGroup = 8;
 
-// Level 0 for sorted position p and column c: the leader of each block folds it; a segment of one block
-// is finished here, longer ones leave their block sums in scratch. NB: the block's keys, and then its
-// contributions kLoadGroup at a time, are loaded before they are compared or folded, so the loads are
-// independent instead of one chain; the fold is still fold_block's left fold in source order.
+// The block of up to kBlock contributions that sorted position p leads at level 0, the same for every column:
+// count is 0 where p leads none (not at a multiple of kBlock from its segment start, or the invalid key);
+// slot is the scratch slot of a block of a long segment, -1 where the block is the whole segment (finished
+// at level 0).
+struct Level0Block {
+  int64_t key;
+  int32_t count;
+  int32_t slot;
+};
+
+// Contributions in the block that starts at sorted position p with key `key`: the positions from p on that
+// hold key, at most kBlock of them (keys are sorted). NB: the block's last possible position and p + 1 are
+// loaded together and settle a full block and a single contribution; a block in between takes a binary
+// search (at most 5 loads), not a scan of kBlock keys.
+template <typename KeyT>
+C10_HOST_DEVICE inline int32_t block_count(const KeyT* keys, int32_t n, int32_t p, KeyT key) {
+  const int32_t span = static_cast<int32_t>((int64_t{p} + kBlock <= n ? int64_t{kBlock} : int64_t{n} - p) - 1);
+  const bool full = keys[p + span] == key;
+  const bool single = span == 0 || keys[p + 1] != key;
+  if (full) return span + 1;
+  if (single) return 1;
+  // keys[p + 1] == key != keys[p + span]: the first offset whose key differs is in (1, span].
+  int32_t lo = 2, hi = span;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) / 2;
+    if (keys[p + mid] == key) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+template <typename KeyT>
+C10_HOST_DEVICE inline Level0Block level0_block(const KeyT* keys, const SegItem* seg, int32_t n, int64_t num_keys,
+                                                int32_t p) {
+  const int32_t s0 = seg[p].head;
+  const KeyT key = keys[p];
+  // Invalid contributions are sorted last and never written.
+  if ((p - s0) % kBlock != 0 || static_cast<int64_t>(key) >= num_keys) return {0, 0, -1};
+  const bool is_long = int64_t{s0} + kBlock < n && keys[s0 + kBlock] == key;
+  const int32_t slot = is_long ? slots_before(keys, seg[p], n, num_keys, p) + (p - s0) / kBlock : -1;
+  return {static_cast<int64_t>(key), block_count(keys, n, p, key), slot};
+}
+
+// Level 0's fold of block b (led by sorted position p) in column c: a segment of one block is finished here,
+// longer ones leave their block sums in scratch. NB: the contributions are loaded kLoadGroup at a time
+// before they are folded, so the loads are independent instead of one chain; the fold is still fold_block's
+// left fold in source order.
+template <typename acc_t, typename Op>
+C10_HOST_DEVICE inline void level0_fold(const Op& op, const int32_t* perm, const Level0Block& b, int64_t D,
+                                        acc_t* scratch, int32_t p, int64_t c) {
+  static_assert(kBlock % kLoadGroup == 0, "level0_fold loads whole groups");
+  const auto combine = combine_of_t<Op>();
+  acc_t s{};
+  for (int g = 0; g < b.count; g += kLoadGroup) {
+    acc_t v[kLoadGroup];
+#pragma unroll
+    for (int j = 0; j < kLoadGroup; ++j) {
+      if (g + j < b.count) v[j] = op.contribution(perm[p + g + j], c);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoadGroup; ++j) {
+      if (g + j < b.count) s = g + j == 0 ? v[j] : combine(s, v[j]);
+    }
+  }
+  if (b.slot >= 0) {
+    scratch[int64_t{b.slot} * D + c] = s;
+  } else {
+    op.finalize(b.key, c, s);
+  }
+}
+
+// Level 0 for sorted position p and column c: the leader of each block folds it. The kernels that run many
+// columns per position take level0_block once and level0_fold per column instead.
 template <typename acc_t, typename KeyT, typename Op>
 C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const int32_t* perm, const SegItem* seg,
                                         int32_t n, int64_t num_keys, int64_t D, acc_t* scratch, int32_t p,
                                         int64_t c) {
-  static_assert(kBlock % kLoadGroup == 0, "level0_step loads whole groups");
-  const int32_t s0 = seg[p].head;
-  if ((p - s0) % kBlock != 0) return;
-  const KeyT key = keys[p];
-  if (static_cast<int64_t>(key) >= num_keys) return;  // invalid contributions are sorted last, never written
-  // Keys are sorted, so the block's positions are those of the next kBlock that hold key.
-  int count = 1;
-#pragma unroll
-  for (int i = 1; i < kBlock; ++i) count += (int64_t{p} + i < n && keys[p + i] == key) ? 1 : 0;
-  const bool is_long = int64_t{s0} + kBlock < n && keys[s0 + kBlock] == key;
-  const auto combine = combine_of_t<Op>();
-  acc_t s{};
-  for (int g = 0; g < count; g += kLoadGroup) {
-    acc_t v[kLoadGroup];
-#pragma unroll
-    for (int j = 0; j < kLoadGroup; ++j) {
-      if (g + j < count) v[j] = op.contribution(perm[p + g + j], c);
-    }
-#pragma unroll
-    for (int j = 0; j < kLoadGroup; ++j) {
-      if (g + j < count) s = g + j == 0 ? v[j] : combine(s, v[j]);
-    }
-  }
-  if (is_long) {
-    const int32_t slot = slots_before(keys, seg[p], n, num_keys, p) + (p - s0) / kBlock;
-    scratch[int64_t{slot} * D + c] = s;
-  } else {
-    op.finalize(static_cast<int64_t>(key), c, s);
-  }
+  const Level0Block b = level0_block(keys, seg, n, num_keys, p);
+  if (b.count > 0) level0_fold<acc_t>(op, perm, b, D, scratch, p, c);
 }
 
 // Level L >= 1 for scratch slot q and column c, items `stride` = kBlock^(L-1) slots apart: the leader of

@@ -207,6 +207,28 @@ TEST(EngineSchedule, PositionsNearTheLimitStayBelowN) {
 
 // Invalid contributions (key num_keys, sorted last) get no scratch slots, so no tree level above 0 can
 // fold or finalize them, however many there are.
+// block_count's shortcut and binary search against a scan: the block starting at p holds the positions of
+// [p, min(p + kBlock, n)) with p's key, for runs of every length around the block size, and at the end.
+TEST(EngineSchedule, BlockCountIsTheRunWithinOneBlock) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<uint32_t> keys;
+    uint32_t key = 0;
+    const int max_run = trial % 4 == 0 ? 3 : (trial % 4 == 1 ? 40 : 100);
+    while (keys.size() < 300) {
+      keys.insert(keys.end(), std::uniform_int_distribution<int>(1, max_run)(rng), key);
+      ++key;
+    }
+    keys.resize(std::uniform_int_distribution<size_t>(1, keys.size())(rng));
+    const int32_t n = static_cast<int32_t>(keys.size());
+    for (int32_t p = 0; p < n; ++p) {
+      int32_t expected = 0;
+      while (expected < detops::kBlock && p + expected < n && keys[p + expected] == keys[p]) ++expected;
+      ASSERT_EQ(detops::engine::block_count(keys.data(), n, p, keys[p]), expected) << "trial " << trial << ", p " << p;
+    }
+  }
+}
+
 TEST(EngineSchedule, TheInvalidSegmentGetsNoSlots) {
   const int64_t num_keys = 5;
   std::vector<uint32_t> keys(40, 0u);
