@@ -32,6 +32,8 @@ namespace detops::cuda {
 // has at least kWarpRowsMinPerKey contributions per key: leaders are then sparse. Where nearly every
 // position leads (about one contribution per key), one thread per (position, column) is faster: measured on
 // an H200, the warp kernel ran at 0.68-0.97x the speed there and up to 2.2x where keys repeat (bench/RESULTS.md).
+// Levels 1 and above use their warp kernel (level_rows_kernel) from kWarpRowsMinD columns on, whatever the
+// contention: there leaders are sparse among the slots.
 constexpr int32_t kWarpRowsMinD = 16;
 constexpr int64_t kWarpRowsMinPerKey = 4;
 
@@ -121,7 +123,8 @@ __global__ void __launch_bounds__(256, 4) level0_rows_kernel(Op op, const KeyT* 
   }
 }
 
-// Level L >= 1: one thread per (scratch slot, column); group leaders fold in place (engine::level_step).
+// Level L >= 1: one thread per (scratch slot, column); group leaders fold in place (engine::level_group once,
+// then engine::level_fold per column).
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(256, 4) level_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
                                                     const int32_t* slot_pos, const int32_t* num_slots,
@@ -129,9 +132,39 @@ __global__ void __launch_bounds__(256, 4) level_kernel(Op op, const KeyT* keys, 
   const int64_t q64 = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   if (q64 >= max_slots) return;
   const int32_t q = static_cast<int32_t>(q64);
-  const int32_t total = *num_slots;
+  const engine::LevelGroup g = engine::level_group(keys, slot_first, slot_pos, *num_slots, stride, q);
+  if (g.count == 0) return;
   for (int32_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += gridDim.y * blockDim.x) {
-    engine::level_step<acc_t>(op, keys, slot_first, slot_pos, total, stride, D, scratch, q, c);
+    engine::level_fold<acc_t>(op, g, stride, D, scratch, q, c);
+  }
+}
+
+// Level L >= 1 for wide rows: one warp per tile of 32 scratch slots. Each lane takes one slot's group facts
+// (engine::level_group); the warp then runs the tile's group leaders in turn, their facts broadcast from their
+// lanes, its lanes over the columns. At level L only slots at a multiple of kBlock^L from their segment's
+// first slot lead, and only in segments of more than kBlock^(L-1) slots: one thread per (slot, column) would
+// launch max_slots x D threads per level (max_slots for the worst case), most of them idle.
+template <typename acc_t, typename KeyT, typename Op>
+__global__ void __launch_bounds__(256, 4) level_rows_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
+                                                         const int32_t* slot_pos, const int32_t* num_slots,
+                                                         int32_t max_slots, int32_t stride, int32_t D,
+                                                         acc_t* scratch) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t tile = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32 * 32;
+  const int32_t total = *num_slots;
+  if (tile >= total) return;  // whole warps: tile is the same for every lane
+  engine::LevelGroup mine{0, 0, false};
+  if (tile + lane < max_slots) {
+    mine = engine::level_group(keys, slot_first, slot_pos, total, stride, static_cast<int32_t>(tile + lane));
+  }
+  for (unsigned leaders = __ballot_sync(0xffffffffu, mine.count > 0); leaders != 0; leaders &= leaders - 1) {
+    const int from = __ffs(leaders) - 1;
+    const engine::LevelGroup g{__shfl_sync(0xffffffffu, mine.key, from), __shfl_sync(0xffffffffu, mine.count, from),
+                               __shfl_sync(0xffffffffu, static_cast<int>(mine.finish), from) != 0};
+    const auto q = static_cast<int32_t>(tile + from);
+    for (int32_t c = lane; c < D; c += 32) {
+      engine::level_fold<acc_t>(op, g, stride, D, scratch, q, c);
+    }
   }
 }
 
@@ -156,10 +189,17 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   int32_t stride = 1;
-  const Launch2D ll = launch_2d(layout.max_slots, D);
+  const auto max_slots = static_cast<int32_t>(layout.max_slots);
+  const Launch2D ll = launch_2d(max_slots, D);
   for (int level = 1; level <= layout.levels; ++level, stride *= kBlock) {
-    level_kernel<acc_t, KeyT, Op><<<ll.grid, ll.block, 0, stream>>>(
-        op, keys, slot_first, slot_pos, num_slots, static_cast<int32_t>(layout.max_slots), stride, D, scratch);
+    if (D >= kWarpRowsMinD) {
+      const auto grid = static_cast<unsigned>((int64_t{max_slots} + 255) / 256);
+      level_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, slot_first, slot_pos, num_slots,
+                                                                   max_slots, stride, D, scratch);
+    } else {
+      level_kernel<acc_t, KeyT, Op><<<ll.grid, ll.block, 0, stream>>>(op, keys, slot_first, slot_pos, num_slots,
+                                                                       max_slots, stride, D, scratch);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }

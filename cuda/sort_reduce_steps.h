@@ -192,31 +192,57 @@ C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const in
   if (b.count > 0) level0_fold<acc_t>(op, perm, b, D, scratch, p, c);
 }
 
+// A level-L group led by scratch slot q: its item count, and the key it finishes (finish) if it covers a
+// whole segment.
+struct LevelGroup {
+  int64_t key;
+  int32_t count;
+  bool finish;
+};
+
 // Level L >= 1 for scratch slot q and column c, items `stride` = kBlock^(L-1) slots apart: the leader of
-// each group of kBlock items folds them in place; the group that covers a whole segment finishes it.
+// each group of kBlock items folds them in place; the group that covers a whole segment finishes it. The
+// group's facts, the same for every column (level_group: count 0 where q leads no group with work left),
+// are taken once; level_fold folds one column.
 // NB: in place is safe: each item is read by one leader, which writes only its own slot. Slot arithmetic is
 // 32-bit: slots < n / 16 + 1 <= 2^27 and stride <= kBlock^5 = 2^25 (tree_levels(2^31) = 6), so q + kBlock *
 // stride < 2^31; stride is a power of two, so group membership is a mask.
+template <typename KeyT>
+C10_HOST_DEVICE inline LevelGroup level_group(const KeyT* keys, const int32_t* slot_first, const int32_t* slot_pos,
+                                              int32_t total, int32_t stride, int32_t q) {
+  if (q >= total) return {0, 0, false};
+  const int32_t f = slot_first[q];
+  const int32_t group = stride * kBlock;
+  if (((q - f) & (group - 1)) != 0) return {0, 0, false};
+  const auto in_segment = [&](int32_t x) { return x < total && slot_first[x] == f; };
+  if (!in_segment(f + stride)) return {0, 0, false};  // a single item left: finished at an earlier level
+  int32_t count = 1;
+  while (count < kBlock && in_segment(q + count * stride)) ++count;
+  if (q == f && !in_segment(f + group)) {
+    // Slots exist only for valid keys (long_leader), so this key is in [0, num_keys).
+    return {static_cast<int64_t>(keys[slot_pos[q]]), count, true};
+  }
+  return {0, count, false};
+}
+
+template <typename acc_t, typename Op>
+C10_HOST_DEVICE inline void level_fold(const Op& op, const LevelGroup& g, int32_t stride, int64_t D, acc_t* scratch,
+                                       int32_t q, int64_t c) {
+  const acc_t s = fold_block<acc_t>([&](int i) { return scratch[int64_t{q + i * stride} * D + c]; }, g.count,
+                                    combine_of_t<Op>());
+  if (g.finish) {
+    op.finalize(g.key, c, s);
+  } else {
+    scratch[int64_t{q} * D + c] = s;
+  }
+}
+
 template <typename acc_t, typename KeyT, typename Op>
 C10_HOST_DEVICE inline void level_step(const Op& op, const KeyT* keys, const int32_t* slot_first,
                                        const int32_t* slot_pos, int32_t total, int32_t stride, int64_t D,
                                        acc_t* scratch, int32_t q, int64_t c) {
-  if (q >= total) return;
-  const int32_t f = slot_first[q];
-  const int32_t group = stride * kBlock;
-  if (((q - f) & (group - 1)) != 0) return;
-  const auto in_segment = [&](int32_t x) { return x < total && slot_first[x] == f; };
-  if (!in_segment(f + stride)) return;  // a single item left: finished at an earlier level
-  int count = 1;
-  while (count < kBlock && in_segment(q + count * stride)) ++count;
-  const acc_t s = fold_block<acc_t>([&](int i) { return scratch[int64_t{q + i * stride} * D + c]; }, count,
-                                    combine_of_t<Op>());
-  if (q == f && !in_segment(f + group)) {
-    // Slots exist only for valid keys (long_leader), so this key is in [0, num_keys).
-    op.finalize(static_cast<int64_t>(keys[slot_pos[q]]), c, s);
-  } else {
-    scratch[int64_t{q} * D + c] = s;
-  }
+  const LevelGroup g = level_group(keys, slot_first, slot_pos, total, stride, q);
+  if (g.count > 0) level_fold<acc_t>(op, g, stride, D, scratch, q, c);
 }
 
 }  // namespace detops::engine
