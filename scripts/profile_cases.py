@@ -9,7 +9,7 @@
         one detops call per case inside the NVTX range "profile", after two warm-up calls
     python scripts/profile_cases.py ncu-table ncu.txt "histc high_contention"
         ncu's text output as one table per case: duration, DRAM and SM throughput, registers, occupancy,
-        grid x block (a case ends after its last level_kernel or count_kernel; titles in case order)
+        grid x block (a case ends after its last level kernel or count_kernel; titles in case order)
 
 A case is ``<aten op>@<shape>``. ``--device cpu`` runs the table mode on the CPU (the twin against stock's CPU
 kernel, small shapes): a dry run.
@@ -69,12 +69,16 @@ def ncu_kernels(text: str) -> Iterator[Dict]:
         yield cur
 
 
+_LEVEL = re.compile(r"\blevel(_rows)?_kernel")
+
+
 def group_cases(kernels: List[Dict]) -> List[List[Dict]]:
-    """Splits the kernels of consecutive cases: a case ends after its last level_kernel or count_kernel."""
+    """Splits the kernels of consecutive cases: a case ends after its last level kernel (level_kernel or
+    level_rows_kernel) or count_kernel."""
     groups: List[List[Dict]] = [[]]
     prev = ""
     for k in kernels:
-        if groups[-1] and ("level_kernel" in prev or "count_kernel" in prev) and "level_kernel" not in k["name"]:
+        if groups[-1] and (_LEVEL.search(prev) or "count_kernel" in prev) and not _LEVEL.search(k["name"]):
             groups.append([])
         groups[-1].append(k)
         prev = k["name"]

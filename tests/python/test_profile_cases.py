@@ -41,6 +41,11 @@ NCU_TEXT = "==PROF== Connected to process 1\n" + "".join([
     _kernel("cuda::level0_rows_kernel<float, unsigned int, Op>", "4096, 1, 1", "256, 1, 1", "1.5", unit="ms"),
     _kernel("cuda::level_kernel<float, unsigned int, Op>", "16385, 1, 1", "64, 4, 1", "22.05"),
     _kernel("cuda::level_kernel<float, unsigned int, Op>", "16385, 1, 1", "64, 4, 1", "22.14"),
+    _kernel("cuda::make_keys_kernel<unsigned int, Op>", "4096, 1, 1", "256, 1, 1", "10.0"),
+    _kernel("cuda::level0_rows_kernel<float, unsigned int, Op>", "4096, 1, 1", "256, 1, 1", "20.0"),
+    _kernel("cuda::level_rows_kernel<float, unsigned int, Op>", "65, 1, 1", "256, 1, 1", "3.0"),
+    _kernel("cuda::level_rows_kernel<float, unsigned int, Op>", "65, 1, 1", "256, 1, 1", "2.0"),
+    _kernel("cuda::count_kernel<true, long>", "528, 1, 1", "256, 1, 1", "7.0"),
 ])
 
 
@@ -48,7 +53,8 @@ def test_ncu_kernels_reads_names_launch_shapes_and_metrics():
     ks = list(profile_cases.ncu_kernels(NCU_TEXT))
     assert [k["name"] for k in ks] == ["at::vectorized_elementwise_kernel (fill long)", "cuda::count_kernel",
                                        "cuda::make_keys_kernel", "cuda::level0_rows_kernel", "cuda::level_kernel",
-                                       "cuda::level_kernel"]
+                                       "cuda::level_kernel", "cuda::make_keys_kernel", "cuda::level0_rows_kernel",
+                                       "cuda::level_rows_kernel", "cuda::level_rows_kernel", "cuda::count_kernel"]
     assert ks[1] == {"name": "cuda::count_kernel", "grid": 528, "block": 256, "us": 105.38, "dram": 10.5,
                      "sm": 48.12, "regs": 40.0, "occ": 49.3}
     assert ks[2]["us"] == 1029.18  # thousands separators
@@ -57,9 +63,11 @@ def test_ncu_kernels_reads_names_launch_shapes_and_metrics():
 
 
 def test_ncu_table_splits_cases_after_the_last_level_or_count_kernel():
-    table = profile_cases.ncu_table(NCU_TEXT, ["histc", "scatter_add"])
+    table = profile_cases.ncu_table(NCU_TEXT, ["histc", "scatter_add", "index_add", "bincount"])
     assert "## histc: 2 kernels, 108 us" in table
     assert "## scatter_add: 4 kernels, 2573 us" in table
+    assert "## index_add: 4 kernels, 35 us" in table  # ends after its level_rows_kernel launches
+    assert "## bincount: 1 kernels, 7 us" in table
     assert "   105.38   10.5   48.1    40   49.3  cuda::count_kernel (528 x 256)" in table
 
 
