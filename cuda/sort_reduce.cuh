@@ -29,9 +29,9 @@
 namespace detops::cuda {
 
 // Level 0 runs one warp per tile of positions (level0_rows_kernel) from this many columns on, when the call
-// has at least kWarpRowsMinPerKey contributions per key: leaders are then sparse. Where nearly every
-// position leads (about one contribution per key), one thread per (position, column) is faster: measured on
-// an H200, the warp kernel ran at 0.68-0.97x the speed there and up to 2.2x where keys repeat (bench/RESULTS.md).
+// has at least kWarpRowsMinPerKey contributions per key: leaders are then sparse. Where nearly every position
+// leads, the warp kernel measured 0.68-0.97x on an H200 while each column recounted its block; with the facts
+// taken once per position it is unmeasured there, so one thread per (position, column) stays (bench/RESULTS.md).
 // Levels 1 and above use their warp kernel (level_rows_kernel) from kWarpRowsMinD columns on, whatever the
 // contention: there leaders are sparse among the slots.
 constexpr int32_t kWarpRowsMinD = 16;
