@@ -423,10 +423,11 @@ def _ctc(overload: str) -> Builder:
         target_lengths = _randint(s // 5 + 1, (n,), g, "cpu") + s * 8 // 10
         nll, log_alpha = torch.ops.aten._ctc_loss(log_probs, targets, input_lengths.tolist(),
                                                   target_lengths.tolist(), 0, False)
-        # NB: stock leaves log_alpha's unread cells (t >= input length, s > 2 * target length) as torch.empty
-        # left them; -inf there makes the inputs the same bits on every run.
-        steps = torch.arange(t).view(1, t, 1) < input_lengths.view(n, 1, 1)
-        states = torch.arange(2 * s + 1).view(1, 1, -1) < (2 * target_lengths + 1).view(n, 1, 1)
+        # NB: stock leaves the cells of log_alpha ([N, T, 2 * max target length + 1]) that no one reads (t >= input
+        # length, s > 2 * target length) as torch.empty left them; -inf there makes the inputs the same bits on
+        # every run.
+        steps = torch.arange(log_alpha.size(1)).view(1, -1, 1) < input_lengths.view(n, 1, 1)
+        states = torch.arange(log_alpha.size(2)).view(1, 1, -1) < (2 * target_lengths + 1).view(n, 1, 1)
         log_alpha = log_alpha.masked_fill(~(steps & states).to(log_alpha.device), float("-inf"))
         grad = _rand((n,), g, device).add_(0.5)
         if overload == "Tensor":
