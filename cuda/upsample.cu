@@ -15,7 +15,7 @@ void upsample_backward_kernel(at::Tensor& grad_in, const at::Tensor& grad_out, c
   const int64_t n = grad_in.numel();
   if (n == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_upsample_backward", [&] {
-    const UpsampleTables t = build_upsample_tables<acc_type<scalar_t>>(spec, grad_in.device());
+    const UpsampleTables t = build_upsample_tables_for(spec, grad_in.scalar_type(), grad_in.device());
     const auto op = make_upsample_backward_op<scalar_t>(grad_in, grad_out, spec, t, channels_last);
     if (upsample_fits_int32(grad_in, grad_out)) {
       launch_gather(UpsampleElementOp<scalar_t, int32_t>(op), n);

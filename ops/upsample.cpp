@@ -4,6 +4,7 @@
 #include "ops/upsample.h"
 
 #include "ops/common.h"
+#include "ops/plan_record.h"
 #include "ops/upsample_op.h"
 
 #include <ATen/ops/empty.h>
@@ -165,7 +166,13 @@ at::Tensor upsample_backward(const UpsampleOp& op, const at::Tensor& grad_output
   if (grad_output.is_cuda()) {
     cuda::upsample_backward_kernel(grad_in, go, spec, channels_last);
   } else {
-    upsample_backward_cpu(grad_in, go, spec, channels_last);
+    const UpsampleTables t = build_upsample_tables_for(spec, grad_in.scalar_type(), go.device());
+    // NB: the CPU path stands for the CUDA path's (cuda/upsample.cu): the same tables copied to the device (one
+    // allocation, one copy) and one gather launch. Recorded, and in plan-only mode not run.
+    if (!plan::record(plan::kernel_call(/*launches=*/1, /*copies=*/1, /*allocations=*/1, t.blob.nbytes(),
+                                        static_cast<int64_t>(go.nbytes() + grad_in.nbytes() + t.blob.nbytes())))) {
+      upsample_backward_cpu(grad_in, go, spec, t, channels_last);
+    }
   }
   return grad_in;
 }

@@ -250,6 +250,7 @@ inline acc_t upsample_axis_scale(int64_t in, int64_t out, bool align_corners, bo
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace detops {
@@ -476,13 +477,22 @@ void upsample_backward_elements_cpu(const UpsampleBackwardOp<scalar_t>& op, int6
   });
 }
 
-// The CPU computation: every element of grad_in gathers from grad_out.
+// The reader tables of the dtype of grad_in (weights in its accumulate type) on `device`.
+inline UpsampleTables build_upsample_tables_for(const UpsampleSpec& spec, at::ScalarType dtype,
+                                               const at::Device& device) {
+  return dtype == at::kDouble ? build_upsample_tables<double>(spec, device)
+                              : build_upsample_tables<float>(spec, device);
+}
+
+// The CPU computation: every element of grad_in gathers from grad_out, through the tables `t`
+// (build_upsample_tables_for on the CPU).
 inline void upsample_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const UpsampleSpec& spec,
-                                  bool channels_last, GatherPath path = GatherPath::Auto) {
+                                  const UpsampleTables& t, bool channels_last, GatherPath path = GatherPath::Auto) {
   const int64_t n = grad_in.numel();
   if (n == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_upsample_backward", [&] {
-    const UpsampleTables t = build_upsample_tables<acc_type<scalar_t>>(spec, grad_in.device());
+    static_assert(std::is_same_v<acc_type<scalar_t>, float> || std::is_same_v<acc_type<scalar_t>, double>,
+                  "build_upsample_tables_for packs float or double weights");
     const auto op = make_upsample_backward_op<scalar_t>(grad_in, grad_out, spec, t, channels_last);
     const bool lanes = channels_last || (path == GatherPath::Auto && op.channels >= kLanesAtLeast);
     if (path == GatherPath::Elements32 && upsample_fits_int32(grad_in, grad_out)) {
@@ -495,6 +505,13 @@ inline void upsample_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
       upsample_backward_rows(op, n / op.in[2], t.longest);
     }
   });
+}
+
+inline void upsample_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const UpsampleSpec& spec,
+                                  bool channels_last, GatherPath path = GatherPath::Auto) {
+  if (grad_in.numel() == 0) return;
+  const UpsampleTables t = build_upsample_tables_for(spec, grad_in.scalar_type(), grad_in.device());
+  upsample_backward_cpu(grad_in, grad_out, spec, t, channels_last, path);
 }
 
 namespace cuda {

@@ -311,6 +311,22 @@ def test_average_pools_record_their_gather():
     assert bool((out == 7.0).all())
 
 
+@pytest.mark.parametrize("op", ["upsample_bilinear2d_backward", "upsample_trilinear3d_backward.grad_input",
+                                "_upsample_bilinear2d_aa_backward", "_upsample_bicubic2d_aa_backward.grad_input"])
+def test_upsample_backwards_record_their_tables_and_gather(op):
+    # The reader tables built on the host and copied to the device (one allocation, one copy), one gather.
+    case = _case(op)
+    call = case.build(torch.device("cpu"), torch.Generator().manual_seed(0), False)
+    grad_out = call.args[0]
+    for plan_only in (False, True):
+        plan = P.plan_summary(C.twin_op(case.op), *call.args, plan_only=plan_only, **call.kwargs)
+        assert [c.call["kind"] for c in plan.calls] == ["kernel"], (op, plan_only)
+        t = plan.totals
+        assert t["launches"] == 1 and t["memsets"] == 1 and t["allocations"] == 1, (op, plan_only, t)
+        assert 0 < t["workspace_bytes"] < grad_out.nbytes
+        assert t["bytes_moved"] > grad_out.nbytes + t["workspace_bytes"]
+
+
 def test_padding_records_its_gather():
     for case in C.cases(ops=["reflection_pad2d_backward", "replication_pad3d_backward.grad_input"]):
         call = case.build(torch.device("cpu"), torch.Generator().manual_seed(0), False)
