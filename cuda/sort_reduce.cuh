@@ -73,8 +73,8 @@ __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys,
 
 // Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_block once, then
 // engine::level0_fold per column). The first column's thread of each position also records its slot
-// (engine::slot_step). NB: launch bounds of 4 blocks of
-// 256 per SM cap the kernel at 64 registers (the fold of a block is otherwise unrolled into ~170).
+// (engine::slot_step). NB: launch bounds of 4 blocks of 256 per SM cap the kernel at 64 registers (the fold
+// of a block is otherwise unrolled into ~170).
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys, const int32_t* perm,
                                                      const engine::SegItem* seg, int32_t n, int64_t num_keys,
