@@ -81,7 +81,8 @@ def _out_arguments(op: str) -> set:
 def run_case(case: C.Case, devices, seed: int, full: bool) -> dict:
     call = case.build(torch.device("cpu"), torch.Generator().manual_seed(seed), full)
     twin = C.twin_op(case.op)
-    entry = {"op": case.op, "shape": case.shape, "seed": seed, "inputs_sha256": _inputs_digest(case.op, call), "results": {}}
+    entry = {"op": case.op, "shape": case.shape, "seed": seed, "inputs_sha256": _inputs_digest(case.op, call),
+             "results": {}}
     for device in devices:
         try:
             if twin is None:
