@@ -150,7 +150,11 @@ if [ -z "$sanitizer" ]; then
     [ -x "$d/compute-sanitizer" ] && { sanitizer="$d/compute-sanitizer"; break; }
   done
 fi
-if git -C "$root" rev-parse HEAD >/dev/null 2>&1; then
+# A prebuilt library comes from the commit gpu_prepare.sh recorded; a copy of the repository made for the
+# remote run may carry an older git HEAD.
+if [ -n "${DETOPS_GPU_PREBUILT:-}" ] && [ -f "$root/third_party/revision.txt" ]; then
+  revision="$(cat "$root/third_party/revision.txt") (from gpu_prepare.sh, with the prebuilt library)"
+elif git -C "$root" rev-parse HEAD >/dev/null 2>&1; then
   revision="$(git -C "$root" rev-parse --short HEAD) ($(git -C "$root" status --porcelain 2>/dev/null | wc -l) paths changed)"
 elif [ -f "$root/third_party/revision.txt" ]; then revision="$(cat "$root/third_party/revision.txt") (from gpu_prepare.sh)"
 else revision=unknown; fi
