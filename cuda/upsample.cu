@@ -22,6 +22,7 @@ void upsample_backward_kernel(at::Tensor& grad_in, const at::Tensor& grad_out, c
     } else {
       launch_gather(UpsampleElementOp<scalar_t, int64_t>(op), n);
     }
+    plan::record(upsample_backward_kernels(t, grad_in, grad_out));
   });
 }
 

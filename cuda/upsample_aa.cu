@@ -21,6 +21,7 @@ void upsample_aa_backward_kernel(at::Tensor& grad_in, const at::Tensor& grad_out
       launch_gather(UpsampleAaElementOp<scalar_t, int64_t>(op), n);
     }
   });
+  plan::record(upsample_aa_backward_kernels(t, grad_in, grad_out));
 }
 
 }  // namespace detops::cuda

@@ -4,7 +4,6 @@
 #include "ops/upsample.h"
 
 #include "ops/common.h"
-#include "ops/plan_record.h"
 #include "ops/upsample_op.h"
 
 #include <ATen/ops/empty.h>
@@ -167,10 +166,9 @@ at::Tensor upsample_backward(const UpsampleOp& op, const at::Tensor& grad_output
     cuda::upsample_backward_kernel(grad_in, go, spec, channels_last);
   } else {
     const UpsampleTables t = build_upsample_tables_for(spec, grad_in.scalar_type(), go.device());
-    // NB: the CPU path stands for the CUDA path's (cuda/upsample.cu): the same tables copied to the device (one
-    // allocation, one copy) and one gather launch. Recorded, and in plan-only mode not run.
-    if (!plan::record(plan::kernel_call(/*launches=*/1, /*copies=*/1, /*allocations=*/1, t.blob.nbytes(),
-                                        static_cast<int64_t>(go.nbytes() + grad_in.nbytes() + t.blob.nbytes())))) {
+    // NB: the CPU path stands for the CUDA path's tables and gather (upsample_backward_kernels): recorded, and
+    // in plan-only mode not run.
+    if (!plan::record(upsample_backward_kernels(t, grad_in, go))) {
       upsample_backward_cpu(grad_in, go, spec, t, channels_last);
     }
   }

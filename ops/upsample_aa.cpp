@@ -4,7 +4,6 @@
 #include "ops/upsample_aa.h"
 
 #include "ops/common.h"
-#include "ops/plan_record.h"
 #include "ops/upsample_aa_op.h"
 
 #include <ATen/ops/_upsample_bicubic2d_aa_backward_cpu_dispatch.h>
@@ -89,11 +88,9 @@ at::Tensor upsample_aa_backward(const AaOp& op, const at::Tensor& grad_output, a
           : build_aa_tables<float>(op.filter, ih, iw, oh, ow, align_corners, scales_h, scales_w, go.device());
   if (go.is_cuda()) {
     cuda::upsample_aa_backward_kernel(grad_in, go, tables);
-  } else if (!plan::record(plan::kernel_call(/*launches=*/1, /*copies=*/1, /*allocations=*/1, tables.blob.nbytes(),
-                                             static_cast<int64_t>(go.nbytes() + grad_in.nbytes() +
-                                                                  tables.blob.nbytes())))) {
-    // NB: the CPU path stands for the CUDA path's (cuda/upsample_aa.cu): the tables above copied to the device
-    // (one allocation, one copy) and one gather launch. Recorded, and in plan-only mode not run.
+  } else if (!plan::record(upsample_aa_backward_kernels(tables, grad_in, go))) {
+    // NB: the CPU path stands for the CUDA path's tables and gather (upsample_aa_backward_kernels): recorded,
+    // and in plan-only mode not run.
     upsample_aa_backward_cpu(grad_in, go, tables);
   }
   return fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);

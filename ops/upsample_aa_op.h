@@ -167,6 +167,8 @@ struct UpsampleAaElementOp {
 
 #include <ATen/ops/empty.h>
 
+#include "ops/plan_record.h"
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -467,6 +469,16 @@ void upsample_aa_backward_elements_cpu(const UpsampleAaBackwardOp<scalar_t>& op,
   at::parallel_for(0, n, 2048, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) e(static_cast<index_t>(i));
   });
+}
+
+// The CUDA path's work as a plan entry (ops/plan_record.h), recorded by it and by the CPU path in its place:
+// the tables copied to the device (one allocation, one copy) and one gather launch over grad_in, which reads
+// grad_out and the tables.
+inline plan::EngineCall upsample_aa_backward_kernels(const UpsampleAaTables& t, const at::Tensor& grad_in,
+                                                     const at::Tensor& grad_out) {
+  const auto tables = static_cast<int64_t>(t.blob.nbytes());
+  return plan::kernel_call(/*launches=*/1, /*copies=*/1, /*allocations=*/1, tables,
+                           static_cast<int64_t>(grad_out.nbytes() + grad_in.nbytes()) + tables);
 }
 
 // The CPU computation: every element of grad_in (contiguous [N, C, IH, IW]) gathers its contributions from

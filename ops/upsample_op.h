@@ -248,6 +248,8 @@ inline acc_t upsample_axis_scale(int64_t in, int64_t out, bool align_corners, bo
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "ops/plan_record.h"
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -482,6 +484,16 @@ inline UpsampleTables build_upsample_tables_for(const UpsampleSpec& spec, at::Sc
                                                const at::Device& device) {
   return dtype == at::kDouble ? build_upsample_tables<double>(spec, device)
                               : build_upsample_tables<float>(spec, device);
+}
+
+// The CUDA path's work as a plan entry (ops/plan_record.h), recorded by it and by the CPU path in its place:
+// the tables copied to the device (one allocation, one copy) and one gather launch over grad_in, which reads
+// grad_out and the tables.
+inline plan::EngineCall upsample_backward_kernels(const UpsampleTables& t, const at::Tensor& grad_in,
+                                                  const at::Tensor& grad_out) {
+  const auto tables = static_cast<int64_t>(t.blob.nbytes());
+  return plan::kernel_call(/*launches=*/1, /*copies=*/1, /*allocations=*/1, tables,
+                           static_cast<int64_t>(grad_out.nbytes() + grad_in.nbytes()) + tables);
 }
 
 // The CPU computation: every element of grad_in gathers from grad_out, through the tables `t`

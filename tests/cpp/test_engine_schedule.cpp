@@ -205,8 +205,6 @@ TEST(EngineSchedule, PositionsNearTheLimitStayBelowN) {
   EXPECT_EQ(scratch, std::vector<double>(4, -1.0));
 }
 
-// Invalid contributions (key num_keys, sorted last) get no scratch slots, so no tree level above 0 can
-// fold or finalize them, however many there are.
 // block_count's shortcut and binary search against a scan: the block starting at p holds the positions of
 // [p, min(p + kBlock, n)) with p's key, for runs of every length around the block size, and at the end.
 TEST(EngineSchedule, BlockCountIsTheRunWithinOneBlock) {
@@ -224,11 +222,14 @@ TEST(EngineSchedule, BlockCountIsTheRunWithinOneBlock) {
     for (int32_t p = 0; p < n; ++p) {
       int32_t expected = 0;
       while (expected < detops::kBlock && p + expected < n && keys[p + expected] == keys[p]) ++expected;
-      ASSERT_EQ(detops::engine::block_count(keys.data(), n, p, keys[p]), expected) << "trial " << trial << ", p " << p;
+      ASSERT_EQ(detops::engine::block_count(keys.data(), n, p, keys[p]), expected)
+          << "trial " << trial << ", p " << p;
     }
   }
 }
 
+// Invalid contributions (key num_keys, sorted last) get no scratch slots, so no tree level above 0 can
+// fold or finalize them, however many there are.
 TEST(EngineSchedule, TheInvalidSegmentGetsNoSlots) {
   const int64_t num_keys = 5;
   std::vector<uint32_t> keys(40, 0u);
