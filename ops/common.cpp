@@ -35,19 +35,19 @@ void check_index_values(const char* op, const char* name, const at::Tensor& valu
   AT_DISPATCH_INDEX_TYPES(host.scalar_type(), "detops_check_index_values", [&] {
     const index_t* p = host.const_data_ptr<index_t>();
     const int64_t n = host.numel();
-    // First whether any value is out of range, with no branch per value (v - lo, unsigned, is below the
-    // span exactly for v in [lo, hi)); the first bad position is looked for only then.
-    const uint64_t span = hi > lo ? static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) : 0;
-    const auto out_of_range = [&](int64_t i) {
-      return static_cast<uint64_t>(static_cast<int64_t>(p[i])) - static_cast<uint64_t>(lo) >= span;
-    };
-    bool bad[4] = {false, false, false, false};
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-      for (int j = 0; j < 4; ++j) bad[j] |= out_of_range(i + j);
+    // First whether any value is out of range, with no branch per value; the first bad position is looked
+    // for only then. NB: for 0 <= hi, lo < hi and hi - lo < 2^62, v lies in [lo, hi) exactly when neither
+    // v - lo nor hi - 1 - v (64-bit, wrapping) has its sign bit set, so one OR over all values says whether
+    // any is out of range (a loop the compiler vectorises).
+    if (hi >= 0 && lo < hi && lo > -(int64_t{1} << 61) && hi < (int64_t{1} << 61)) {
+      const uint64_t ulo = static_cast<uint64_t>(lo), last = static_cast<uint64_t>(hi - 1);
+      uint64_t any = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(p[i]));
+        any |= (v - ulo) | (last - v);
+      }
+      if ((any >> 63) == 0) return;
     }
-    for (; i < n; ++i) bad[0] |= out_of_range(i);
-    if (!(bad[0] || bad[1] || bad[2] || bad[3])) return;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t v = static_cast<int64_t>(p[i]);
       if (v >= lo && v < hi) continue;

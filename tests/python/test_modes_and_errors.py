@@ -220,6 +220,36 @@ def test_bad_inputs_raise_clear_errors(call, fragment):
     assert torch.equal(x, before)
 
 
+# Index values at and beyond the ends of their range, among many good ones (the range check first ORs over
+# every value, ops/common.cpp): each bad value raises with its position, each end of the range passes.
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("bad", [-1, 5, _I64_MIN, _I64_MAX, _I64_MIN + 4, _I64_MAX - 4, 1 << 32, -(1 << 32)])
+def test_index_range_check_finds_every_bad_value(dtype, bad):
+    info = torch.iinfo(dtype)
+    if not info.min <= bad <= info.max:
+        pytest.skip("not representable")
+    index = torch.arange(1000, dtype=dtype) % 5
+    index[617] = bad
+    with pytest.raises(RuntimeError, match=rf"index {bad} at position 617 is out of bounds"):
+        detops_ops.index_add(torch.zeros(5, 3), 0, index, torch.ones(1000, 3))
+    index[617] = 4
+    detops_ops.index_add(torch.zeros(5, 3), 0, index, torch.ones(1000, 3))
+
+
+@pytest.mark.parametrize("bad", [5, -6, _I64_MIN, _I64_MAX, _I64_MIN + 5, _I64_MAX - 5])
+def test_put_index_range_check_finds_every_bad_value(bad):
+    # put_ takes [-numel, numel): a range below zero.
+    index = torch.arange(1000) % 10 - 5
+    index[388] = bad
+    with pytest.raises(RuntimeError, match=rf"index {bad} at position 388 is out of bounds"):
+        detops_ops.put_(torch.zeros(5), index, torch.ones(1000), True)
+    index[388] = -5
+    detops_ops.put_(torch.zeros(5), index, torch.ones(1000), True)
+
+
 def test_every_op_in_the_table_has_its_four_files():
     # docs/adding_an_op.md: an op is ops/<h>.h, ops/<h>.cpp, ops/<h>_op.h and cuda/<h>.cu, plus table lines.
     text = (REPO / "registration/ops.def").read_text()
