@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <type_traits>
@@ -177,114 +178,182 @@ inline T select_bits(bool pick, T a, T b) {
   }
 }
 
-// One column (D == 1), keys [key_lo, key_lo + num_keys): each key's level 0 (its open block's fold and its
-// count of contributions) side by side in one dense array, and a bitmap of the keys that received one (only
-// the bitmap is cleared per call: a key's level 0 is read only once its bit is set); one pass in source
-// order, then every key whose bit is set is finalized in increasing key order.
+// The identity of a combine where it has an exact one: Combine()(identity, v) has v's bits for every v, but
+// that a signalling NaN comes out quiet, as it does from the combine of any two values. Then a block of
+// level 0 can start from the identity instead of from its first item, with the same bits wherever the fold
+// meets arithmetic: for D == 1 it always does, in the upper levels or in every finalize of such a combine.
+template <typename Combine, typename acc_t, typename = void>
+struct combine_identity {
+  static constexpr bool exists = false;
+  static acc_t value() { return acc_t{}; }
+};
+template <typename acc_t>
+struct combine_identity<AddRn, acc_t, std::enable_if_t<std::is_floating_point_v<acc_t>>> {
+  static constexpr bool exists = true;
+  static acc_t value() { return -acc_t(0); }  // -0 + v == v, -0 + -0 == -0
+};
+template <typename acc_t>
+struct combine_identity<MulRn, acc_t, std::enable_if_t<std::is_floating_point_v<acc_t>>> {
+  static constexpr bool exists = true;
+  static acc_t value() { return acc_t(1); }
+};
+template <typename acc_t>
+struct combine_identity<MaxNan, acc_t> {
+  static constexpr bool exists = true;  // a selection: the identity never wins over a value of other bits
+  static acc_t value() {
+    return std::numeric_limits<acc_t>::has_infinity ? -std::numeric_limits<acc_t>::infinity()
+                                                    : std::numeric_limits<acc_t>::lowest();
+  }
+};
+template <typename acc_t>
+struct combine_identity<MinNan, acc_t> {
+  static constexpr bool exists = true;
+  static acc_t value() {
+    return std::numeric_limits<acc_t>::has_infinity ? std::numeric_limits<acc_t>::infinity()
+                                                    : std::numeric_limits<acc_t>::max();
+  }
+};
+template <>
+struct combine_identity<WrapAdd, int64_t> {
+  static constexpr bool exists = true;
+  static int64_t value() { return 0; }
+};
+template <>
+struct combine_identity<WrapMul, int64_t> {
+  static constexpr bool exists = true;
+  static int64_t value() { return 1; }
+};
+template <typename acc_t>
+struct combine_identity<Last, acc_t> {
+  static constexpr bool exists = true;  // Last(a, v) is v
+  static acc_t value() { return acc_t{}; }
+};
+
+// One column (D == 1), keys [key_lo, key_lo + num_keys): each key's level 0 (its count of contributions and
+// its open block's fold) side by side in one dense array. One pass in source order, a load and a store of
+// the key's level 0 per contribution, with no branch on the data but for dropped contributions and a full
+// block: where the combine has an exact identity (combine_identity) an open block holds the fold of the
+// identity and its items, and a full block is listed (its key and fold, in source order) and the identity
+// put in its place. Then the full blocks go up to their keys' higher levels (a StreamingTree, ops/contract.h,
+// fed from level 1) in that order, and each key that received a contribution is finalized, in increasing key
+// order.
 template <typename acc_t, typename Op>
 class ColumnReducer {
  public:
   using Combine = combine_of_t<Op>;
+  using Identity = combine_identity<Combine, acc_t>;
+  // Levels 1.. of a key; level 0 stays in the dense array. 32^7 > 2^31 > any count here (sort_reduce).
+  using Upper = StreamingTree<acc_t, 7, Combine>;
   struct Level0 {
     acc_t sum;
     uint32_t count;
   };
+  struct FullBlock {
+    int64_t key;
+    acc_t fold;
+  };
 
-  ColumnReducer(const Op& op, int64_t key_lo, int64_t num_keys)
+  // At most n contributions will be run.
+  ColumnReducer(const Op& op, int64_t key_lo, int64_t num_keys, int64_t n)
       : op_(op),
         key_lo_(key_lo),
         num_keys_(num_keys),
-        words_((num_keys + 63) / 64),
-        scratch_(static_cast<size_t>(num_keys) * sizeof(Level0)),
-        seen_scratch_(static_cast<size_t>(words_) * sizeof(uint64_t)),
-        level0_(scratch_.as<Level0>()),
-        seen_(seen_scratch_.as<uint64_t>()),
-        upper_(1) {
-    std::memset(seen_, 0, static_cast<size_t>(words_) * sizeof(uint64_t));
+        level0_scratch_(static_cast<size_t>(num_keys) * sizeof(Level0)),
+        full_scratch_(static_cast<size_t>(n / kBlock + 1) * sizeof(FullBlock)),
+        level0_(level0_scratch_.as<Level0>()),
+        full_(full_scratch_.as<FullBlock>()) {
+    // Every key's level 0 empty, filled by doubling copies (a loop of Level0 stores would not vectorise).
+    level0_[0] = {Identity::value(), 0};
+    for (int64_t have = 1; have < num_keys; have *= 2) {
+      std::memcpy(level0_ + have, level0_, static_cast<size_t>(std::min(have, num_keys - have)) * sizeof(Level0));
+    }
   }
 
   // Every contribution i in [0, n) in increasing i, to key key_lo + key_of(i) (none where key_of(i) < 0).
+  // Runs once.
   template <typename KeyOf>
   void run(int64_t n, const KeyOf& key_of) {
-    // The key of the current run of equal keys keeps its level 0 in registers (one hot destination). The
-    // inner loop makes no calls (it leaves on a full block), so its state stays in registers; it has no
-    // branch that depends on the data but for dropped contributions, a change of key and a full block.
-    int64_t cur = -1;
-    acc_t sum{};
-    uint32_t count = 0;
-    uint64_t sink = 0;  // takes the bitmap's store where the key's bit is set already
-    int64_t i = 0;
-    while (true) {
-      bool full = false;
-      for (; i < n; ++i) {
-        const int64_t k = key_of(i);
-        if (k < 0) continue;
-        const acc_t v = op_.contribution(i, 0);
-        if (k == cur) {
-          // NB: level 0 of the contract: a key's contributions in source order, folded left to right in
-          // blocks of kBlock; a block starts from its first item.
-          sum = count % kBlock == 0 ? v : Combine()(sum, v);
-        } else {
-          if (cur >= 0) level0_[cur] = {sum, count};
-          cur = k;
-          uint64_t& word = seen_[k >> 6];
-          const uint64_t w = word;
-          const uint64_t bit = uint64_t{1} << (k & 63);
-          const bool seen = (w & bit) != 0;
-          *(seen ? &sink : &word) = w | bit;
-          const Level0 z = level0_[k];  // stale where !seen: not used then
-          count = seen ? z.count : 0u;
-          // NB: level 0 as above.
-          sum = select_bits(count % kBlock == 0, v, Combine()(select_bits(seen, z.sum, acc_t{}), v));
-        }
-        if (++count % kBlock == 0) {
-          full = true;
-          ++i;
-          break;
-        }
+    int64_t full = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = key_of(i);
+      if (k < 0) continue;
+      const acc_t v = op_.contribution(i, 0);
+      Level0 z = level0_[k];
+      // NB: level 0 of the contract: a key's contributions in source order, folded left to right in blocks
+      // of kBlock; a block starts from its first item (here, where the combine has one, from its identity,
+      // with the same bits: combine_identity).
+      if constexpr (Identity::exists) {
+        z.sum = Combine()(z.sum, v);
+      } else {
+        z.sum = select_bits(z.count % kBlock == 0, v, Combine()(z.sum, v));
       }
-      if (!full) break;
-      level0_[cur] = {sum, count};
-      push_block(cur);
+      if (++z.count % kBlock == 0) {
+        full_[full++] = {k, z.sum};
+        z.sum = Identity::value();
+      }
+      level0_[k] = z;
     }
-    if (cur >= 0) level0_[cur] = {sum, count};
+    num_full_ = full;
   }
 
   void finish() {
-    for (int64_t w = 0; w < words_; ++w) {
-      for (uint64_t bits = seen_[w]; bits != 0; bits &= bits - 1) {
-        const int64_t k = w * 64 + __builtin_ctzll(bits);
+    // A key of exactly one full block has that block's fold as its tree; the others of more than kBlock
+    // contributions get their higher levels, fed their full blocks in source order.
+    std::vector<Upper> upper;
+    std::unique_ptr<Scratch> index_scratch;
+    int32_t* upper_index = nullptr;  // key -> index into upper, for those keys only
+    if (num_full_ > 0) {
+      index_scratch = std::make_unique<Scratch>(static_cast<size_t>(num_keys_) * sizeof(int32_t));
+      upper_index = index_scratch->as<int32_t>();
+      for (int64_t b = 0; b < num_full_; ++b) upper_index[full_[b].key] = -1;
+      for (int64_t b = 0; b < num_full_; ++b) {
+        const int64_t k = full_[b].key;
+        if (level0_[k].count == static_cast<uint32_t>(kBlock)) {
+          level0_[k].sum = full_[b].fold;
+          continue;
+        }
+        if (upper_index[k] < 0) {
+          upper_index[k] = static_cast<int32_t>(upper.size());
+          upper.emplace_back();
+        }
+        upper[static_cast<size_t>(upper_index[k])].push(full_[b].fold, 1);
+      }
+    }
+    // The keys that received a contribution, listed per chunk without a branch (whether a key received one
+    // is as good as random), then finalized.
+    constexpr int64_t kChunk = 1024;
+    int32_t listed[kChunk];
+    for (int64_t lo = 0; lo < num_keys_; lo += kChunk) {
+      const int64_t len = std::min(kChunk, num_keys_ - lo);
+      int64_t m = 0;
+      for (int64_t q = 0; q < len; ++q) {
+        listed[m] = static_cast<int32_t>(q);
+        m += level0_[lo + q].count != 0;
+      }
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t k = lo + listed[j];
         const Level0& z = level0_[k];
-        const acc_t total =
-            z.count <= static_cast<uint32_t>(kBlock) ? z.sum : *upper_.finish(upper_of_[k], z.count, &z.sum);
+        acc_t total = z.sum;
+        if (z.count > static_cast<uint32_t>(kBlock)) {
+          // StreamingTree::finish over the key's levels, with its last, partial block pushed first.
+          Upper& u = upper[static_cast<size_t>(upper_index[k])];
+          if (z.count % kBlock != 0) u.push(z.sum, 1);
+          total = u.finish();
+        }
         op_.finalize(key_lo_ + k, 0, total);
       }
     }
   }
 
  private:
-  // Level 0 of key k holds a full block: its fold is one item of level 1.
-  C10_NOINLINE void push_block(int64_t k) {
-    if (upper_of_ == nullptr) {
-      upper_scratch_ = std::make_unique<Scratch>(static_cast<size_t>(num_keys_) * sizeof(int32_t));
-      upper_of_ = upper_scratch_->as<int32_t>();
-      std::memset(upper_of_, 0xff, static_cast<size_t>(num_keys_) * sizeof(int32_t));  // -1: none
-    }
-    if (upper_of_[k] < 0) upper_of_[k] = static_cast<int32_t>(upper_.add_entry());
-    upper_.push(upper_of_[k], 1, &level0_[k].sum);
-  }
-
   const Op& op_;
   int64_t key_lo_;
   int64_t num_keys_;
-  int64_t words_;
-  Scratch scratch_;
-  Scratch seen_scratch_;
+  Scratch level0_scratch_;
+  Scratch full_scratch_;
   Level0* level0_;
-  uint64_t* seen_;  // bit k: key k received a contribution
-  UpperLevels<acc_t, Combine> upper_;
-  std::unique_ptr<Scratch> upper_scratch_;  // made on the first full block
-  int32_t* upper_of_ = nullptr;              // key -> entry of upper_, or -1
+  FullBlock* full_;  // the full blocks of level 0, in source order
+  int64_t num_full_ = 0;
 };
 
 // Rows (D > 1), keys [key_lo, key_lo + num_keys), columns [col_lo, col_lo + cols). Two passes in source
@@ -418,7 +487,7 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   const int threads = at::in_parallel_region() ? 1 : at::get_num_threads();
   const bool parallel = threads > 1 && n * D >= kParallelGrain;
   if (!parallel && D == 1) {
-    ColumnReducer<acc_t, Op> r(op, 0, num_keys);
+    ColumnReducer<acc_t, Op> r(op, 0, num_keys, n);
     r.run(n, [&](int64_t i) {
       const int64_t k = op.key(i);
       // NB: kSkipKey is dropped; so is an invalid key (the front ends validate indices on the CPU path).
@@ -456,7 +525,7 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
       const int64_t lo = num_keys * p / parts, hi = num_keys * (p + 1) / parts;
       if (lo == hi) continue;
       if (D == 1) {
-        ColumnReducer<acc_t, Op> r(op, lo, hi - lo);
+        ColumnReducer<acc_t, Op> r(op, lo, hi - lo, n);
         r.run(n, [&](int64_t i) { return (keys[i] >= lo && keys[i] < hi) ? keys[i] - lo : int64_t{-1}; });
         r.finish();
       } else {
