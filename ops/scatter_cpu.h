@@ -103,7 +103,13 @@ void last_writer_pass(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
       for (int64_t c = lo; c < hi; ++c) op.finalize(k, c, op.contribution(i, c));
     }
   };
-  if (D == 1 || n * D < detail::kParallelGrain || at::in_parallel_region()) {
+  if (D == 1) {
+    // The same pass without the loop over columns (1-D scatters: the loop's bookkeeping was most of it).
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = op.key(i);
+      if (k >= 0) op.finalize(k, 0, op.contribution(i, 0));
+    }
+  } else if (n * D < detail::kParallelGrain || at::in_parallel_region()) {
     pass(0, D);
   } else {
     at::parallel_for(0, D, std::max<int64_t>(1, detail::kParallelGrain / n), pass);
