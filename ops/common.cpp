@@ -27,6 +27,31 @@ bool validates_on_host(const at::Tensor& values) {
   return values.is_cpu() || get_strict();
 }
 
+namespace {
+
+// Where the compiler can make copies of a function for wider vector units, picked when the library loads.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DETOPS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DETOPS_VECTOR_CLONES
+#endif
+
+// Whether any of p[0, n) lies outside [lo, hi), for 0 <= hi, lo < hi and |lo|, |hi| < 2^61. NB: v lies in
+// [lo, hi) exactly when neither v - lo nor hi - 1 - v (64-bit, wrapping) has its sign bit set, so one OR over
+// all values answers, in a loop the compiler vectorises.
+template <typename index_t>
+DETOPS_VECTOR_CLONES bool any_out_of_range(const index_t* p, int64_t n, int64_t lo, int64_t hi) {
+  const uint64_t ulo = static_cast<uint64_t>(lo), last = static_cast<uint64_t>(hi - 1);
+  uint64_t any = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(p[i]));
+    any |= (v - ulo) | (last - v);
+  }
+  return (any >> 63) != 0;
+}
+
+}  // namespace
+
 void check_index_values(const char* op, const char* name, const at::Tensor& values, int64_t lo, int64_t hi,
                         const std::string& where) {
   if (values.numel() == 0 || !validates_on_host(values)) return;
@@ -35,18 +60,10 @@ void check_index_values(const char* op, const char* name, const at::Tensor& valu
   AT_DISPATCH_INDEX_TYPES(host.scalar_type(), "detops_check_index_values", [&] {
     const index_t* p = host.const_data_ptr<index_t>();
     const int64_t n = host.numel();
-    // First whether any value is out of range, with no branch per value; the first bad position is looked
-    // for only then. NB: for 0 <= hi, lo < hi and hi - lo < 2^62, v lies in [lo, hi) exactly when neither
-    // v - lo nor hi - 1 - v (64-bit, wrapping) has its sign bit set, so one OR over all values says whether
-    // any is out of range (a loop the compiler vectorises).
+    // First whether any value is out of range, with no branch per value (any_out_of_range); the first bad
+    // position is looked for only then.
     if (hi >= 0 && lo < hi && lo > -(int64_t{1} << 61) && hi < (int64_t{1} << 61)) {
-      const uint64_t ulo = static_cast<uint64_t>(lo), last = static_cast<uint64_t>(hi - 1);
-      uint64_t any = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(p[i]));
-        any |= (v - ulo) | (last - v);
-      }
-      if ((any >> 63) == 0) return;
+      if (!any_out_of_range(p, n, lo, hi)) return;
     }
     for (int64_t i = 0; i < n; ++i) {
       const int64_t v = static_cast<int64_t>(p[i]);
