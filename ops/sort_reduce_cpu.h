@@ -230,13 +230,13 @@ struct combine_identity<Last, acc_t> {
 };
 
 // One column (D == 1), keys [key_lo, key_lo + num_keys): each key's level 0 (its count of contributions and
-// its open block's fold) side by side in one dense array. One pass in source order, a load and a store of
-// the key's level 0 per contribution, with no branch on the data but for dropped contributions and a full
-// block: where the combine has an exact identity (combine_identity) an open block holds the fold of the
-// identity and its items, and a full block is listed (its key and fold, in source order) and the identity
-// put in its place. Then the full blocks go up to their keys' higher levels (a StreamingTree, ops/contract.h,
-// fed from level 1) in that order, and each key that received a contribution is finalized, in increasing key
-// order.
+// its open block's fold) side by side in one dense array. One pass in source order, a load (but within a run
+// of one key) and a store of the key's level 0 per contribution, with no branch on the data but for dropped
+// contributions and a full block: where the combine has an exact identity (combine_identity) an open block
+// holds the fold of the identity and its items, and a full block is listed (its key and fold, in source
+// order) and the identity put in its place. Then the full blocks go up to their keys' higher levels (a
+// StreamingTree, ops/contract.h, fed from level 1) in that order, and each key that received a contribution
+// is finalized, in increasing key order.
 template <typename acc_t, typename Op>
 class ColumnReducer {
  public:
@@ -270,30 +270,19 @@ class ColumnReducer {
   }
 
   // Every contribution i in [0, n) in increasing i, to key key_lo + key_of(i) (none where key_of(i) < 0).
-  // Runs once.
+  // Runs once. Keys that come in runs (a hot destination, sorted keys) take the pass that keeps the run's
+  // level 0 in registers, whose additions then wait on each other and not on a store and a load; the others
+  // the pass without that check. Which one runs changes no bits.
   template <typename KeyOf>
   void run(int64_t n, const KeyOf& key_of) {
-    int64_t full = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t k = key_of(i);
-      if (k < 0) continue;
-      const acc_t v = op_.contribution(i, 0);
-      Level0 z = level0_[k];
-      // NB: level 0 of the contract: a key's contributions in source order, folded left to right in blocks
-      // of kBlock; a block starts from its first item (here, where the combine has one, from its identity,
-      // with the same bits: combine_identity).
-      if constexpr (Identity::exists) {
-        z.sum = Combine()(z.sum, v);
-      } else {
-        z.sum = select_bits(z.count % kBlock == 0, v, Combine()(z.sum, v));
-      }
-      if (++z.count % kBlock == 0) {
-        full_[full++] = {k, z.sum};
-        z.sum = Identity::value();
-      }
-      level0_[k] = z;
+    const int64_t probe = std::min<int64_t>(n, 64);
+    int64_t repeats = 0;
+    for (int64_t i = 1; i < probe; ++i) repeats += key_of(i) == key_of(i - 1);
+    if (2 * repeats >= probe) {
+      pass<true>(n, key_of);
+    } else {
+      pass<false>(n, key_of);
     }
-    num_full_ = full;
   }
 
   void finish() {
@@ -346,6 +335,34 @@ class ColumnReducer {
   }
 
  private:
+  template <bool kRuns, typename KeyOf>
+  void pass(int64_t n, const KeyOf& key_of) {
+    int64_t full = 0;
+    int64_t prev = -1;
+    Level0 z{};
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = key_of(i);
+      if (k < 0) continue;
+      const acc_t v = op_.contribution(i, 0);
+      if (!kRuns || k != prev) z = level0_[k];
+      prev = k;
+      // NB: level 0 of the contract: a key's contributions in source order, folded left to right in blocks
+      // of kBlock; a block starts from its first item (here, where the combine has one, from its identity,
+      // with the same bits: combine_identity).
+      if constexpr (Identity::exists) {
+        z.sum = Combine()(z.sum, v);
+      } else {
+        z.sum = select_bits(z.count % kBlock == 0, v, Combine()(z.sum, v));
+      }
+      if (++z.count % kBlock == 0) {
+        full_[full++] = {k, z.sum};
+        z.sum = Identity::value();
+      }
+      level0_[k] = z;
+    }
+    num_full_ = full;
+  }
+
   const Op& op_;
   int64_t key_lo_;
   int64_t num_keys_;

@@ -243,6 +243,31 @@ TEST(CpuEngine, SpecialValuesGiveTheSortedPlansBitsThroughAnAddingFinalize) {
   compare_special_values<double, uint64_t>("double");
 }
 
+TEST(CpuEngine, KeysInRunsMatchTheSortedPlan) {
+  // Sorted keys (runs of 1 to 100 contributions: the pass that keeps a run's level 0 in registers), and the
+  // same keys with every 7th contribution moved to another key (runs broken at random places).
+  std::mt19937 rng(19);
+  std::vector<int64_t> keys;
+  for (int64_t k = 0; keys.size() < 20000; ++k) keys.insert(keys.end(), 1 + rng() % 100, k);
+  const int64_t n = static_cast<int64_t>(keys.size()), num_keys = keys.back() + 1;
+  std::vector<int64_t> broken = keys;
+  for (int64_t i = 0; i < n; i += 7) broken[i] = static_cast<int64_t>(rng() % num_keys);
+  for (const auto* k : {&keys, &broken}) {
+    const std::vector<float> values = make_values<float>(rng, n, 0);
+    compare<float>(
+        [&](float* out, int64_t* calls) {
+          return TableOp<float, detops::AddRn>{k->data(), values.data(), out, calls, 1, 1};
+        },
+        n, num_keys, 1, 1, k == &keys ? "sorted keys, AddRn" : "broken runs, AddRn");
+    const std::vector<float> picks = make_values<float>(rng, n, 2);
+    compare<float>(
+        [&](float* out, int64_t* calls) {
+          return TableOp<float, detops::MaxNan>{k->data(), picks.data(), out, calls, 1, 1};
+        },
+        n, num_keys, 1, 1, k == &keys ? "sorted keys, MaxNan" : "broken runs, MaxNan");
+  }
+}
+
 TEST(CpuEngine, ASingleKeyOfEveryLengthMatchesTheSortedPlan) {
   // Every count from 1 to 3 * 32^2 + 5 on one key: each partial block at each level.
   std::mt19937 rng(13);
