@@ -28,7 +28,7 @@ struct ScatterLine {
 
   int64_t key(int64_t e) const {
     const int64_t k = static_cast<int64_t>(index[e * index_stride]);
-    return (k >= 0 && k < dim_size) ? k * out_stride : -1;
+    return static_cast<uint64_t>(k) < static_cast<uint64_t>(dim_size) ? k * out_stride : -1;
   }
   int64_t src_offset(int64_t e, int64_t /*column*/) const {
     return e * src_stride;
@@ -50,7 +50,7 @@ struct ScatterRowLine {
 
   int64_t key(int64_t i) const {
     const int64_t k = static_cast<int64_t>(index[i * index_stride]);
-    return (k >= 0 && k < dim_size) ? k : -1;
+    return static_cast<uint64_t>(k) < static_cast<uint64_t>(dim_size) ? k : -1;
   }
   int64_t src_offset(int64_t i, int64_t c) const {
     return i * src_stride + c;
@@ -104,10 +104,12 @@ void last_writer_pass(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
     }
   };
   if (D == 1) {
-    // The same pass without the loop over columns (1-D scatters: the loop's bookkeeping was most of it).
+    // The same pass without the loop over columns (1-D scatters: the loop's bookkeeping was most of it), on a
+    // local copy of the op, which the pass's stores cannot reach.
+    const Op local = op;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t k = op.key(i);
-      if (k >= 0) op.finalize(k, 0, op.contribution(i, 0));
+      const int64_t k = local.key(i);
+      if (k >= 0) local.finalize(k, 0, local.contribution(i, 0));
     }
   } else if (n * D < detail::kParallelGrain || at::in_parallel_region()) {
     pass(0, D);

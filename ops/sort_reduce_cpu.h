@@ -336,15 +336,20 @@ class ColumnReducer {
 
  private:
   template <bool kRuns, typename KeyOf>
-  void pass(int64_t n, const KeyOf& key_of) {
+  void pass(int64_t n, const KeyOf& key_of_arg) {
+    // Local copies: the loop's stores into level0_ cannot reach them, so their fields stay in registers.
+    const Op op = op_;
+    const KeyOf key_of = key_of_arg;
+    Level0* const level0 = level0_;
+    FullBlock* const full_blocks = full_;
     int64_t full = 0;
     int64_t prev = -1;
     Level0 z{};
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = key_of(i);
       if (k < 0) continue;
-      const acc_t v = op_.contribution(i, 0);
-      if (!kRuns || k != prev) z = level0_[k];
+      const acc_t v = op.contribution(i, 0);
+      if (!kRuns || k != prev) z = level0[k];
       prev = k;
       // NB: level 0 of the contract: a key's contributions in source order, folded left to right in blocks
       // of kBlock; a block starts from its first item (here, where the combine has one, from its identity,
@@ -355,10 +360,10 @@ class ColumnReducer {
         z.sum = select_bits(z.count % kBlock == 0, v, Combine()(z.sum, v));
       }
       if (++z.count % kBlock == 0) {
-        full_[full++] = {k, z.sum};
+        full_blocks[full++] = {k, z.sum};
         z.sum = Identity::value();
       }
-      level0_[k] = z;
+      level0[k] = z;
     }
     num_full_ = full;
   }
@@ -407,12 +412,13 @@ class RowReducer {
     state_ = state_scratch.as<SlotState>();
     free_.clear();
     num_slots_ = 0;
+    const Op op = op_;  // a local copy: the stores into the slots cannot reach it (its fields stay in registers)
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = keys[i];
       if (k < 0) continue;
       const uint32_t v = count_[k];
       if (v == 1) {
-        for (int64_t c = 0; c < cols_; ++c) op_.finalize(key_lo_ + k, col_lo_ + c, op_.contribution(i, col_lo_ + c));
+        for (int64_t c = 0; c < cols_; ++c) op.finalize(key_lo_ + k, col_lo_ + c, op.contribution(i, col_lo_ + c));
         continue;
       }
       uint32_t slot;
@@ -423,7 +429,7 @@ class RowReducer {
         count_[k] = slot | kOpen;
         state_[slot] = {v, 0, -1};
       }
-      add(i, k, slot);
+      add(op, i, k, slot);
     }
   }
 
@@ -444,14 +450,14 @@ class RowReducer {
     return num_slots_++;
   }
 
-  void add(int64_t i, int64_t k, uint32_t slot) {
+  void add(const Op& op, int64_t i, int64_t k, uint32_t slot) {
     SlotState& st = state_[slot];
     acc_t* s = sums_ + static_cast<int64_t>(slot) * cols_;
     // NB: level 0 of the contract, as ColumnReducer::add.
     if (st.seen % kBlock == 0) {
-      for (int64_t c = 0; c < cols_; ++c) s[c] = op_.contribution(i, col_lo_ + c);
+      for (int64_t c = 0; c < cols_; ++c) s[c] = op.contribution(i, col_lo_ + c);
     } else {
-      for (int64_t c = 0; c < cols_; ++c) s[c] = Combine()(s[c], op_.contribution(i, col_lo_ + c));
+      for (int64_t c = 0; c < cols_; ++c) s[c] = Combine()(s[c], op.contribution(i, col_lo_ + c));
     }
     ++st.seen;
     if (st.seen % kBlock == 0) {
@@ -460,7 +466,7 @@ class RowReducer {
     }
     if (st.seen < st.total) return;
     const acc_t* total = st.total <= static_cast<uint32_t>(kBlock) ? s : upper_.finish(st.upper, st.total, s);
-    for (int64_t c = 0; c < cols_; ++c) op_.finalize(key_lo_ + k, col_lo_ + c, total[c]);
+    for (int64_t c = 0; c < cols_; ++c) op.finalize(key_lo_ + k, col_lo_ + c, total[c]);
     free_.push_back(slot);
   }
 
@@ -505,10 +511,10 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   const bool parallel = threads > 1 && n * D >= kParallelGrain;
   if (!parallel && D == 1) {
     ColumnReducer<acc_t, Op> r(op, 0, num_keys, n);
-    r.run(n, [&](int64_t i) {
+    r.run(n, [op, num_keys](int64_t i) {
       const int64_t k = op.key(i);
       // NB: kSkipKey is dropped; so is an invalid key (the front ends validate indices on the CPU path).
-      return (k >= 0 && k < num_keys) ? k : int64_t{-1};
+      return static_cast<uint64_t>(k) < static_cast<uint64_t>(num_keys) ? k : int64_t{-1};
     });
     r.finish();
     return;
