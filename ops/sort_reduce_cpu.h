@@ -263,7 +263,7 @@ class ColumnReducer {
         level0_(level0_scratch_.as<Level0>()),
         full_(full_scratch_.as<FullBlock>()) {
     // Every key's level 0 empty, filled by doubling copies (a loop of Level0 stores would not vectorise).
-    level0_[0] = {Identity::value(), 0};
+    if (num_keys > 0) level0_[0] = {Identity::value(), 0};
     for (int64_t have = 1; have < num_keys; have *= 2) {
       std::memcpy(level0_ + have, level0_, static_cast<size_t>(std::min(have, num_keys - have)) * sizeof(Level0));
     }

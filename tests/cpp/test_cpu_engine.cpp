@@ -163,6 +163,20 @@ TEST(CpuEngine, SelectionsMatchTheSortedPlan) {
   compare_combine<int64_t, detops::MinNan>(0, "MinNan int64");
 }
 
+// A combine with no identity (the engine's one-column pass then starts each block from its first item, with
+// no branch): the first item of the sequence.
+struct FirstOf {
+  template <typename T>
+  T operator()(T a, T) const {
+    return a;
+  }
+};
+
+TEST(CpuEngine, ACombineWithoutAnIdentityMatchesTheSortedPlan) {
+  static_assert(!detops::cpu::detail::combine_identity<FirstOf, float>::exists);
+  compare_combine<float, FirstOf>(0, "FirstOf float");
+}
+
 TEST(CpuEngine, WrappingIntegersMatchTheSortedPlan) {
   compare_combine<int64_t, detops::WrapAdd>(0, "WrapAdd");
   compare_combine<int64_t, detops::WrapMul>(0, "WrapMul");
