@@ -29,8 +29,9 @@ bool validates_on_host(const at::Tensor& values) {
 
 namespace {
 
-// Where the compiler can make copies of a function for wider vector units, picked when the library loads.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Where the compiler can make copies of a function for wider vector units, picked when the library loads
+// (through an ELF indirect function: Linux).
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #define DETOPS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DETOPS_VECTOR_CLONES
