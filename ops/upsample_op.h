@@ -248,7 +248,7 @@ inline acc_t upsample_axis_scale(int64_t in, int64_t out, bool align_corners, bo
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "ops/plan_record.h"
+#include "ops/table_gather_plan.h"
 
 #include <algorithm>
 #include <cstring>
@@ -486,14 +486,12 @@ inline UpsampleTables build_upsample_tables_for(const UpsampleSpec& spec, at::Sc
                               : build_upsample_tables<float>(spec, device);
 }
 
-// The CUDA path's work as a plan entry (ops/plan_record.h), recorded by it and by the CPU path in its place:
-// the tables copied to the device (one allocation, one copy) and one gather launch over grad_in, which reads
-// grad_out and the tables.
+// The CUDA path's work as a plan entry, recorded by it and by the CPU path in its place: its tables and
+// one gather (plan::table_gather_call).
 inline plan::EngineCall upsample_backward_kernels(const UpsampleTables& t, const at::Tensor& grad_in,
                                                   const at::Tensor& grad_out) {
-  const auto tables = static_cast<int64_t>(t.blob.nbytes());
-  return plan::kernel_call(/*launches=*/1, /*copies=*/1, /*allocations=*/1, tables,
-                           static_cast<int64_t>(grad_out.nbytes() + grad_in.nbytes()) + tables);
+  return plan::table_gather_call(static_cast<int64_t>(t.blob.nbytes()), static_cast<int64_t>(grad_in.nbytes()),
+                                 static_cast<int64_t>(grad_out.nbytes()));
 }
 
 // The CPU computation: every element of grad_in gathers from grad_out, through the tables `t`
