@@ -1,5 +1,11 @@
 #include "ops/sort_reduce_cpu.h"
 
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 namespace detops::cpu {
 
 std::vector<int64_t> stable_sort_by_key(const std::vector<int64_t>& keys, int64_t num_keys) {
@@ -17,6 +23,114 @@ std::vector<int64_t> stable_sort_by_key(const std::vector<int64_t>& keys, int64_
                      [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
   }
   return perm;
+}
+
+namespace {
+
+int64_t list_nonzero_counts_scalar(const char* p, int64_t len, int32_t* listed) {
+  int64_t m = 0;
+  for (int64_t q = 0; q < len; ++q) {
+    uint32_t count;
+    std::memcpy(&count, p + 8 * q + 4, 4);
+    listed[m] = static_cast<int32_t>(q);
+    m += count != 0;
+  }
+  return m;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DETOPS_LIST_VECTORS 1
+
+// 16 records per step: a record's upper 4 bytes tested as its 64-bit lane's high half, the indices of the
+// nonzero ones compressed to the front of a vector and stored whole.
+__attribute__((target("avx512f,popcnt"))) int64_t list_nonzero_counts_avx512(const char* p, int64_t len,
+                                                                             int32_t* listed) {
+  const __m512i high = _mm512_set1_epi64(static_cast<int64_t>(0xFFFFFFFF00000000ull));
+  const __m512i step = _mm512_set1_epi32(16);
+  __m512i q_vec = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  int64_t m = 0, q = 0;
+  for (; q + 16 <= len; q += 16) {
+    const __m512i a = _mm512_loadu_si512(p + 8 * q);
+    const __m512i b = _mm512_loadu_si512(p + 8 * q + 64);
+    const unsigned mask = static_cast<unsigned>(_mm512_test_epi64_mask(a, high)) |
+                          (static_cast<unsigned>(_mm512_test_epi64_mask(b, high)) << 8);
+    _mm512_storeu_si512(listed + m, _mm512_maskz_compress_epi32(static_cast<__mmask16>(mask), q_vec));
+    m += __builtin_popcount(mask);
+    q_vec = _mm512_add_epi32(q_vec, step);
+  }
+  const int64_t rest = list_nonzero_counts_scalar(p + 8 * q, len - q, listed + m);
+  for (int64_t j = m; j < m + rest; ++j) listed[j] += static_cast<int32_t>(q);
+  return m + rest;
+}
+
+// For each 8-bit set of lanes, the positions of its set bits, one per byte, lowest first.
+struct CompressTable {
+  uint64_t lanes[256];
+};
+constexpr CompressTable make_compress_table() {
+  CompressTable t{};
+  for (int mask = 0; mask < 256; ++mask) {
+    uint64_t v = 0;
+    int j = 0;
+    for (int bit = 0; bit < 8; ++bit) {
+      if ((mask >> bit) & 1) v |= static_cast<uint64_t>(bit) << (8 * j++);
+    }
+    t.lanes[mask] = v;
+  }
+  return t;
+}
+constexpr CompressTable kCompress = make_compress_table();
+
+// 8 records per step, compressed through kCompress.
+__attribute__((target("avx2,popcnt"))) int64_t list_nonzero_counts_avx2(const char* p, int64_t len,
+                                                                       int32_t* listed) {
+  const __m256i high = _mm256_set1_epi64x(static_cast<int64_t>(0xFFFFFFFF00000000ull));
+  const __m256i zero = _mm256_setzero_si256();
+  int64_t m = 0, q = 0;
+  for (; q + 8 <= len; q += 8) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * q));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * q + 32));
+    const int empty_a = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(a, high), zero)));
+    const int empty_b = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(b, high), zero)));
+    const unsigned mask = ~static_cast<unsigned>(empty_a | (empty_b << 4)) & 0xFFu;
+    const __m256i lanes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(kCompress.lanes[mask])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(listed + m),
+                        _mm256_add_epi32(lanes, _mm256_set1_epi32(static_cast<int32_t>(q))));
+    m += __builtin_popcount(mask);
+  }
+  const int64_t rest = list_nonzero_counts_scalar(p + 8 * q, len - q, listed + m);
+  for (int64_t j = m; j < m + rest; ++j) listed[j] += static_cast<int32_t>(q);
+  return m + rest;
+}
+#endif
+
+using ListFn = int64_t (*)(const char*, int64_t, int32_t*);
+
+ListFn pick_list_nonzero_counts() {
+#ifdef DETOPS_LIST_VECTORS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return list_nonzero_counts_avx512;
+  if (__builtin_cpu_supports("avx2")) return list_nonzero_counts_avx2;
+#endif
+  return list_nonzero_counts_scalar;
+}
+
+}  // namespace
+
+int64_t list_nonzero_counts(const void* records, int64_t len, int32_t* listed) {
+  static const ListFn impl = pick_list_nonzero_counts();
+  return impl(static_cast<const char*>(records), len, listed);
+}
+
+int64_t list_nonzero_counts_variant(int variant, const void* records, int64_t len, int32_t* listed) {
+  ListFn impl = nullptr;
+  if (variant == 0) impl = list_nonzero_counts_scalar;
+#ifdef DETOPS_LIST_VECTORS
+  __builtin_cpu_init();
+  if (variant == 1 && __builtin_cpu_supports("avx2")) impl = list_nonzero_counts_avx2;
+  if (variant == 2 && __builtin_cpu_supports("avx512f")) impl = list_nonzero_counts_avx512;
+#endif
+  return impl == nullptr ? -1 : impl(static_cast<const char*>(records), len, listed);
 }
 
 std::vector<int64_t> segment_starts(const std::vector<int64_t>& keys, const std::vector<int64_t>& perm) {

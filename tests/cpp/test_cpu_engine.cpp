@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -294,6 +295,64 @@ TEST(CpuEngine, ASingleKeyOfEveryLengthMatchesTheSortedPlan) {
         },
         n, 1, 1, 1, "one key, n " + std::to_string(n));
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CpuEngine, KeysOfAtMostOneBlockMatchTheSortedPlan) {
+  // About one contribution per key, none with more than kBlock (the one-column finish then finalizes every
+  // key from its level 0 alone), key counts that leave partial chunks and partial vectors in the listing.
+  std::mt19937 rng(23);
+  for (const int64_t num_keys : {int64_t{1}, int64_t{15}, int64_t{1000}, int64_t{1041}, int64_t{33333}}) {
+    const int64_t n = num_keys + 17;
+    std::vector<int64_t> keys(n);
+    for (int64_t i = 0; i < n; ++i) keys[i] = rng() % 10 == 0 ? detops::kSkipKey : static_cast<int64_t>(rng() % num_keys);
+    const std::string what = "keys " + std::to_string(num_keys);
+    const std::vector<float> f = make_values<float>(rng, n, 0);
+    compare<float>(
+        [&](float* out, int64_t* calls) { return TableOp<float, detops::AddRn>{keys.data(), f.data(), out, calls, 1, 1}; },
+        n, num_keys, 1, 1, "AddRn float, " + what);
+    const std::vector<double> d = make_values<double>(rng, n, 2);
+    compare<double>(
+        [&](double* out, int64_t* calls) {
+          return TableOp<double, detops::MaxNan>{keys.data(), d.data(), out, calls, 1, 1};
+        },
+        n, num_keys, 1, 1, "MaxNan double, " + what);
+  }
+}
+
+TEST(CpuEngine, ListingNonzeroCountsAgreesAtEveryVectorWidth) {
+  // 8-byte records whose upper 4 bytes are zero about half the time (the lower 4 bytes never decide), every
+  // length up to 70 and two long ones, through each implementation this CPU has.
+  std::mt19937 rng(29);
+  std::vector<uint32_t> words(2 * 1100);
+  for (size_t j = 0; j < words.size(); j += 2) {
+    words[j] = static_cast<uint32_t>(rng());
+    words[j + 1] = rng() % 2 == 0 ? 0u : (rng() % 3 == 0 ? 0x80000000u : 1u + rng() % 40);
+  }
+  int variants_run = 0;
+  for (int variant = 0; variant <= 2; ++variant) {
+    std::vector<int32_t> probe(detops::cpu::kListSlack);
+    if (detops::cpu::list_nonzero_counts_variant(variant, words.data(), 0, probe.data()) < 0) continue;
+    ++variants_run;
+    std::vector<int64_t> lengths(71);
+    std::iota(lengths.begin(), lengths.end(), int64_t{0});
+    lengths.insert(lengths.end(), {1024, 1100});
+    for (const int64_t len : lengths) {
+      std::vector<int32_t> want;
+      for (int64_t q = 0; q < len; ++q) {
+        if (words[2 * q + 1] != 0) want.push_back(static_cast<int32_t>(q));
+      }
+      std::vector<int32_t> got(len + detops::cpu::kListSlack, -1);
+      const int64_t m = detops::cpu::list_nonzero_counts_variant(variant, words.data(), len, got.data());
+      ASSERT_EQ(m, static_cast<int64_t>(want.size())) << "variant " << variant << ", length " << len;
+      got.resize(m);
+      EXPECT_EQ(got, want) << "variant " << variant << ", length " << len;
+    }
+  }
+  EXPECT_GE(variants_run, 1);
 }
 
 }  // namespace
