@@ -38,7 +38,7 @@ std::vector<int64_t> segment_starts(const std::vector<int64_t>& keys, const std:
 // vectors, whole vectors are stored past the last one listed.
 constexpr int64_t kListSlack = 16;
 int64_t list_nonzero_counts(const void* records, int64_t len, int32_t* listed);
-// The same through one implementation, for tests: 0 scalar, 1 AVX2, 2 AVX-512; -1 where this CPU or build
+// The same through one implementation, for tests: 0 scalar, 1 AVX2, 2 AVX-512VL; -1 where this CPU or build
 // has none.
 int64_t list_nonzero_counts_variant(int variant, const void* records, int64_t len, int32_t* listed);
 
