@@ -167,7 +167,91 @@ ScratchPool& pool() {
   return p;
 }
 
+
+// Buffers of CleanRecords a thread has released: at most kKeepClean of them, each at most kKeepBytes, with
+// how many of their bytes hold the empty records of their tag.
+constexpr size_t kKeepClean = 4;
+
+struct CleanEntry {
+  char* data;
+  size_t size;
+  size_t clean_bytes;
+  unsigned char tag[CleanRecords::kMaxTag];
+  size_t tag_bytes;
+};
+
+struct CleanPool {
+  std::vector<CleanEntry> free;
+  ~CleanPool() {
+    for (CleanEntry& e : free) delete[] e.data;
+  }
+};
+
+CleanPool& clean_pool() {
+  thread_local CleanPool p;
+  return p;
+}
+
 }  // namespace
+
+CleanRecords::CleanRecords(size_t bytes, const void* tag, size_t tag_bytes)
+    : data_(nullptr), size_(0), bytes_(bytes), clean_bytes_(0), tag_bytes_(tag_bytes) {
+  TORCH_INTERNAL_ASSERT(tag_bytes <= kMaxTag);
+  std::memcpy(tag_, tag, tag_bytes);
+  auto& free = clean_pool().free;
+  // A buffer clean for this tag and size, else the smallest one large enough (to be filled), else a new one.
+  size_t pick = free.size();
+  for (size_t j = 0; j < free.size(); ++j) {
+    const CleanEntry& e = free[j];
+    if (e.tag_bytes == tag_bytes && std::memcmp(e.tag, tag, tag_bytes) == 0 && e.clean_bytes >= bytes) {
+      pick = j;
+      break;
+    }
+  }
+  if (pick == free.size()) {
+    for (size_t j = 0; j < free.size(); ++j) {
+      if (free[j].size >= bytes && (pick == free.size() || free[j].size < free[pick].size)) pick = j;
+    }
+  }
+  if (pick < free.size()) {
+    const CleanEntry& e = free[pick];
+    data_ = e.data;
+    size_ = e.size;
+    const bool same_tag = e.tag_bytes == tag_bytes && std::memcmp(e.tag, tag, tag_bytes) == 0;
+    clean_bytes_ = same_tag ? e.clean_bytes : 0;
+    free.erase(free.begin() + static_cast<std::ptrdiff_t>(pick));
+    return;
+  }
+  size_ = std::max<size_t>(bytes, 64);
+  data_ = new char[size_];
+}
+
+CleanRecords::~CleanRecords() {
+  // NB: clean for what it was clean for and for the records this user filled and put back; else for nothing.
+  const size_t clean_bytes = marked_ ? std::max(clean_bytes_, bytes_) : 0;
+  auto& free = clean_pool().free;
+  if (size_ > kKeepBytes) {
+    delete[] data_;
+    return;
+  }
+  if (free.size() >= kKeepClean) {
+    auto smallest = std::min_element(free.begin(), free.end(),
+                                     [](const CleanEntry& a, const CleanEntry& b) { return a.size < b.size; });
+    if (smallest->size >= size_) {
+      delete[] data_;
+      return;
+    }
+    delete[] smallest->data;
+    free.erase(smallest);
+  }
+  CleanEntry e;
+  e.data = data_;
+  e.size = size_;
+  e.clean_bytes = clean_bytes;
+  std::memcpy(e.tag, tag_, tag_bytes_);
+  e.tag_bytes = tag_bytes_;
+  free.push_back(e);
+}
 
 Scratch::Scratch(size_t bytes) : data_(nullptr), size_(0) {
   auto& free = pool().free;

@@ -60,6 +60,39 @@ class Scratch {
   size_t size_;
 };
 
+// A buffer of records that its user finds, and leaves, all equal to one empty record, reused across calls on
+// the same thread, so that a call of the same shape skips filling it. `tag` names the empty record (its
+// fields' bytes); clean() says whether the first `bytes` bytes already hold it (else the user fills them).
+// The user that puts back every record it changed calls mark_clean(); a buffer destroyed without it is kept
+// as uninitialised scratch.
+class CleanRecords {
+ public:
+  static constexpr size_t kMaxTag = 24;
+  CleanRecords(size_t bytes, const void* tag, size_t tag_bytes);
+  ~CleanRecords();
+  CleanRecords(const CleanRecords&) = delete;
+  CleanRecords& operator=(const CleanRecords&) = delete;
+  bool clean() const {
+    return clean_bytes_ >= bytes_;
+  }
+  void mark_clean() {
+    marked_ = true;
+  }
+  template <typename T>
+  T* as() const {
+    return reinterpret_cast<T*>(data_);
+  }
+
+ private:
+  char* data_;
+  size_t size_;
+  size_t bytes_;
+  size_t clean_bytes_;  // how many bytes held the empty records when taken
+  unsigned char tag_[kMaxTag];
+  size_t tag_bytes_;
+  bool marked_ = false;
+};
+
 // The sort-based plan (the CUDA engine's, and this engine's before the streaming pass): stable sort of the
 // positions by key, segments of equal keys, tree_reduce per segment and column. Same bits as sort_reduce;
 // kept for tests that compare the two.
@@ -268,11 +301,13 @@ class ColumnReducer {
       : op_(op),
         key_lo_(key_lo),
         num_keys_(num_keys),
-        level0_scratch_(static_cast<size_t>(num_keys) * sizeof(Level0)),
+        level0_records_(static_cast<size_t>(num_keys) * sizeof(Level0), empty_tag().bytes, sizeof(EmptyTag)),
         full_scratch_(static_cast<size_t>(n / kBlock + 1) * sizeof(FullBlock)),
-        level0_(level0_scratch_.as<Level0>()),
+        level0_(level0_records_.as<Level0>()),
         full_(full_scratch_.as<FullBlock>()) {
-    // Every key's level 0 empty, filled by doubling copies (a loop of Level0 stores would not vectorise).
+    // Every key's level 0 empty: as the last call on this thread left it (finish() puts back each record it
+    // used), or filled by doubling copies (a loop of Level0 stores would not vectorise).
+    if (level0_records_.clean()) return;
     if (num_keys > 0) level0_[0] = {Identity::value(), 0};
     for (int64_t have = 1; have < num_keys; have *= 2) {
       std::memcpy(level0_ + have, level0_, static_cast<size_t>(std::min(have, num_keys - have)) * sizeof(Level0));
@@ -334,18 +369,21 @@ class ColumnReducer {
           m += level0_[lo + q].count != 0;
         }
       }
+      // Each key's level 0 is put back to empty once read (CleanRecords).
       if (upper.empty()) {
         const int64_t key_base = key_lo_ + lo;
-        const Level0* const z0 = level0_ + lo;
+        Level0* const z0 = level0_ + lo;
         for (int64_t j = 0; j < m; ++j) {
           const int64_t q = listed[j];
           op_.finalize(key_base + q, 0, z0[q].sum);
+          z0[q] = {Identity::value(), 0};
         }
         continue;
       }
       for (int64_t j = 0; j < m; ++j) {
         const int64_t k = lo + listed[j];
-        const Level0& z = level0_[k];
+        const Level0 z = level0_[k];
+        level0_[k] = {Identity::value(), 0};
         acc_t total = z.sum;
         if (z.count > static_cast<uint32_t>(kBlock)) {
           // StreamingTree::finish over the key's levels, with its last, partial block pushed first.
@@ -356,6 +394,7 @@ class ColumnReducer {
         op_.finalize(key_lo_ + k, 0, total);
       }
     }
+    level0_records_.mark_clean();
   }
 
  private:
@@ -392,10 +431,23 @@ class ColumnReducer {
     num_full_ = full;
   }
 
+  // An empty level 0 as CleanRecords names it: the record's size and the bytes of the identity it starts from.
+  struct EmptyTag {
+    unsigned char bytes[1 + sizeof(acc_t)];
+  };
+  static EmptyTag empty_tag() {
+    static_assert(sizeof(EmptyTag) <= CleanRecords::kMaxTag);
+    EmptyTag t;
+    t.bytes[0] = static_cast<unsigned char>(sizeof(Level0));
+    const acc_t identity = Identity::value();
+    std::memcpy(t.bytes + 1, &identity, sizeof(acc_t));
+    return t;
+  }
+
   const Op& op_;
   int64_t key_lo_;
   int64_t num_keys_;
-  Scratch level0_scratch_;
+  CleanRecords level0_records_;
   Scratch full_scratch_;
   Level0* level0_;
   FullBlock* full_;  // the full blocks of level 0, in source order

@@ -356,3 +356,61 @@ TEST(CpuEngine, ListingNonzeroCountsAgreesAtEveryVectorWidth) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CpuEngine, CleanRecordsAreReusedOnlyWhenPutBackClean) {
+  using detops::cpu::CleanRecords;
+  const float minus_zero = -0.0f, one = 1.0f;
+  const size_t bytes = 4096 * sizeof(float);
+  {
+    CleanRecords a(bytes, &minus_zero, sizeof minus_zero);
+    if (!a.clean()) std::fill(a.as<float>(), a.as<float>() + 4096, minus_zero);
+    a.mark_clean();
+  }
+  {
+    CleanRecords b(bytes, &minus_zero, sizeof minus_zero);
+    ASSERT_TRUE(b.clean());
+    for (int j = 0; j < 4096; ++j) ASSERT_EQ(std::signbit(b.as<float>()[j]), true) << j;
+    b.as<float>()[7] = 3.0f;  // changed and not put back: not marked clean
+  }
+  {
+    CleanRecords c(bytes, &minus_zero, sizeof minus_zero);
+    EXPECT_FALSE(c.clean());
+    std::fill(c.as<float>(), c.as<float>() + 4096, minus_zero);
+    c.mark_clean();
+  }
+  {
+    CleanRecords d(bytes, &one, sizeof one);  // another empty record: to be filled
+    EXPECT_FALSE(d.clean());
+  }
+  {
+    CleanRecords e(2 * bytes, &minus_zero, sizeof minus_zero);  // clean for fewer bytes than asked
+    EXPECT_FALSE(e.clean());
+  }
+}
+
+// A one-column reducer dropped after its pass, before finish() (its level 0 left dirty), and calls of one key
+// count and combine after it: each against the sorted plan.
+TEST(CpuEngine, ACallAfterAnUnfinishedOneStartsFromEmptyLevels) {
+  std::mt19937 rng(31);
+  const int64_t num_keys = 5000, n = 6000;
+  std::vector<int64_t> keys(n);
+  for (int64_t& k : keys) k = static_cast<int64_t>(rng() % num_keys);
+  const std::vector<float> values = make_values<float>(rng, n, 0);
+  std::vector<float> sink(num_keys);
+  std::vector<int64_t> sink_calls(num_keys);
+  using Op = TableOp<float, detops::AddRn>;
+  const Op op{keys.data(), values.data(), sink.data(), sink_calls.data(), 1, 1};
+  for (int round = 0; round < 3; ++round) {
+    {
+      detops::cpu::detail::ColumnReducer<float, Op> dropped(op, 0, num_keys, n);
+      dropped.run(n, [&](int64_t i) { return keys[i]; });
+    }
+    compare<float>(
+        [&](float* out, int64_t* calls) { return Op{keys.data(), values.data(), out, calls, 1, 1}; }, n, num_keys, 1,
+        1, "after an unfinished call, round " + std::to_string(round));
+  }
+}
+
+}  // namespace
