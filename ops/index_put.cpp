@@ -59,6 +59,36 @@ void check_index_bounds(const std::vector<at::Tensor>& defined, const std::vecto
   }
 }
 
+// The rows of the CPU path when the indexed dimensions are self's leading ones (no other dimension before
+// the last indexed one): one pass over the index values (each index tensor on the CPU, kLong, broadcast to
+// one shape) that checks them as check_index_bounds does, with its error for the same first bad value, and
+// forms each row as the ATen integer ops of index_put_impl_ would: sum of the wrapped values times their
+// dimensions' row strides. One int64 per element of the broadcast index shape.
+at::Tensor leading_rows_cpu(const std::vector<at::Tensor>& defined, const std::vector<int64_t>& sizes,
+                            const std::vector<int64_t>& strides) {
+  const int64_t k = static_cast<int64_t>(defined.size());
+  std::vector<at::Tensor> dense;
+  std::vector<const int64_t*> values;
+  for (const at::Tensor& t : defined) {
+    dense.push_back(t.contiguous());
+    values.push_back(dense.back().const_data_ptr<int64_t>());
+  }
+  at::Tensor rows = at::empty(defined[0].sizes(), defined[0].options().dtype(at::kLong));
+  int64_t* out = rows.data_ptr<int64_t>();
+  const int64_t n = rows.numel();
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t row = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t v = values[i][e];
+      TORCH_CHECK_INDEX(v >= -sizes[i] && v < sizes[i], kOp, "(): index ", v, " is out of bounds for dimension ", i,
+                        " with size ", sizes[i]);
+      row += (v < 0 ? v + sizes[i] : v) * strides[i];
+    }
+    out[e] = row;
+  }
+  return rows;
+}
+
 std::string shapes_as_str(const std::vector<at::Tensor>& tensors) {
   std::ostringstream os;
   bool first = true;
@@ -146,11 +176,6 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
   TORCH_CHECK(value.scalar_type() == self.scalar_type(), kOp, "(): Index put requires the source and destination ",
               "dtypes match, got ", self.scalar_type(), " for the destination and ", value.scalar_type(),
               " for the source.");
-  check_index_bounds(defined, indexed_sizes);
-  int64_t result_numel = 1;
-  for (int64_t s : result_shape) result_numel *= s;
-  if (result_numel == 0 || self.numel() == 0) return self;
-
   // Row strides of contiguous self in units of `inner`, up to the last indexed dimension.
   std::vector<int64_t> row_stride(last + 1);
   int64_t stride = 1;
@@ -159,43 +184,59 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
     stride *= self.size(d);
   }
   const int64_t num_rows = stride;
-  const at::TensorOptions long_options = self.options().dtype(at::kLong);
-  at::Tensor adv = at::zeros_like(defined[0], long_options);
-  at::Tensor valid;
-  for (size_t i = 0; i < defined.size(); ++i) {
-    const at::Tensor& v = defined[i];
-    const int64_t size = indexed_sizes[i];
-    adv = adv + at::where(v < 0, v + size, v) * row_stride[positions[i]];
-    if (!validates_on_host(v)) {
-      const at::Tensor ok = (v >= -size).logical_and_(v < size);
-      valid = valid.defined() ? valid.logical_and_(ok) : ok;
-    }
-  }
-  if (valid.defined()) {
-    // NB: an index out of range gets the row num_rows, which the engine rejects (a device-side assert),
-    // rather than wrapping into a neighbouring row.
-    adv = at::where(valid, adv, num_rows);
-  }
-  const int64_t row_ndim = static_cast<int64_t>(row_shape.size());
-  const int64_t index_ndim = static_cast<int64_t>(index_shape.size());
-  std::vector<int64_t> view(row_ndim, 1);
-  for (int64_t a = 0; a < index_ndim; ++a) view[index_axis + a] = index_shape[a];
-  at::Tensor rows = adv.reshape(view);
-  // Each sliced dimension of self adds arange(size) * row stride along its axis of the result.
-  std::vector<int64_t> axes;
-  if (adjacent) {
-    for (int64_t d = 0; d < first; ++d) axes.push_back(d);
+  // On the CPU with the leading dimensions indexed, the checks and the rows in one pass (leading_rows_cpu).
+  at::Tensor leading_rows;
+  if (!self.is_cuda() && adjacent && first == 0) {
+    std::vector<int64_t> strides;
+    for (int64_t d : positions) strides.push_back(row_stride[d]);
+    leading_rows = leading_rows_cpu(defined, indexed_sizes, strides);
   } else {
-    for (size_t j = 0; j < slice_dims.size(); ++j) axes.push_back(index_ndim + static_cast<int64_t>(j));
+    check_index_bounds(defined, indexed_sizes);
   }
-  const std::vector<int64_t>& sliced = adjacent ? axes : slice_dims;
-  for (size_t j = 0; j < axes.size(); ++j) {
-    const int64_t d = sliced[j];
-    std::vector<int64_t> shape(row_ndim, 1);
-    shape[axes[j]] = self.size(d);
-    rows = rows + (at::arange(self.size(d), long_options) * row_stride[d]).view(shape);
+  int64_t result_numel = 1;
+  for (int64_t s : result_shape) result_numel *= s;
+  if (result_numel == 0 || self.numel() == 0) return self;
+  // Elsewhere the rows by ATen integer ops on self's device.
+  at::Tensor rows = leading_rows;
+  if (!rows.defined()) {
+    const at::TensorOptions long_options = self.options().dtype(at::kLong);
+    at::Tensor adv = at::zeros_like(defined[0], long_options);
+    at::Tensor valid;
+    for (size_t i = 0; i < defined.size(); ++i) {
+      const at::Tensor& v = defined[i];
+      const int64_t size = indexed_sizes[i];
+      adv = adv + at::where(v < 0, v + size, v) * row_stride[positions[i]];
+      if (!validates_on_host(v)) {
+        const at::Tensor ok = (v >= -size).logical_and_(v < size);
+        valid = valid.defined() ? valid.logical_and_(ok) : ok;
+      }
+    }
+    if (valid.defined()) {
+      // NB: an index out of range gets the row num_rows, which the engine rejects (a device-side assert),
+      // rather than wrapping into a neighbouring row.
+      adv = at::where(valid, adv, num_rows);
+    }
+    const int64_t row_ndim = static_cast<int64_t>(row_shape.size());
+    const int64_t index_ndim = static_cast<int64_t>(index_shape.size());
+    std::vector<int64_t> view(row_ndim, 1);
+    for (int64_t a = 0; a < index_ndim; ++a) view[index_axis + a] = index_shape[a];
+    rows = adv.reshape(view);
+    // Each sliced dimension of self adds arange(size) * row stride along its axis of the result.
+    std::vector<int64_t> axes;
+    if (adjacent) {
+      for (int64_t d = 0; d < first; ++d) axes.push_back(d);
+    } else {
+      for (size_t j = 0; j < slice_dims.size(); ++j) axes.push_back(index_ndim + static_cast<int64_t>(j));
+    }
+    const std::vector<int64_t>& sliced = adjacent ? axes : slice_dims;
+    for (size_t j = 0; j < axes.size(); ++j) {
+      const int64_t d = sliced[j];
+      std::vector<int64_t> shape(row_ndim, 1);
+      shape[axes[j]] = self.size(d);
+      rows = rows + (at::arange(self.size(d), long_options) * row_stride[d]).view(shape);
+    }
+    rows = rows.expand(row_shape).contiguous();
   }
-  rows = rows.expand(row_shape).contiguous();
   const at::Tensor flat_values = value.expand(result_shape).contiguous();
   at::Tensor work = self.is_contiguous() ? self : self.contiguous();
   if (work.is_cuda()) {
