@@ -90,19 +90,32 @@ void check_unpool_indices(const at::Tensor& indices, int64_t out_image, at::IntA
 // The winners on the CPU: planes in parallel, each plane's elements in source order, the later one
 // overwriting, which is the largest position. NB: a plane is walked whole by one thread, so the result does
 // not depend on the number of threads.
-struct SerialScatter {
-  void operator()(const int64_t* indices, int64_t n, int64_t in_image, int64_t out_image, int64_t* winner) const {
-    at::parallel_for(0, n / in_image, std::max<int64_t>(1, 16384 / in_image), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin * in_image; i < end * in_image; ++i) {
-        const int64_t d = max_unpool_dest(i, indices, in_image, out_image);
-        if (d >= 0) winner[d] = i;
+// The CPU computation: each plane's elements in source order copy their bits to their destinations, so the
+// last writer stays, the element max_unpool_compute's winner table names (the largest position); out holds
+// zeros. NB: planes are apart and each is walked whole by one thread in source order, so the bits do not
+// depend on the number of threads. No division per element: the plane is the outer loop.
+void max_unpool_serial(const at::Tensor& in, const at::Tensor& indices, at::Tensor& out, int64_t in_image,
+                       int64_t out_image) {
+  const int64_t planes = in.numel() / in_image;
+  const int64_t* idx = indices.const_data_ptr<int64_t>();
+  dispatch_element_bits("max_unpool", out, [&](auto tag) {
+    using bits_t = decltype(tag);
+    const bits_t* src = static_cast<const bits_t*>(in.const_data_ptr());
+    bits_t* dst = static_cast<bits_t*>(out.data_ptr());
+    at::parallel_for(0, planes, std::max<int64_t>(1, 16384 / in_image), [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t* pi = idx + p * in_image;
+        const bits_t* ps = src + p * in_image;
+        bits_t* pd = dst + p * out_image;
+        for (int64_t j = 0; j < in_image; ++j) {
+          const int64_t d = pi[j];
+          if (static_cast<uint64_t>(d) < static_cast<uint64_t>(out_image)) pd[d] = ps[j];
+        }
       }
     });
-  }
-};
+  });
+}
 
-// The shared body: out resized to the batch and channel dims of self followed by output_size (in
-// `format`), zeroed, then written. spatial: 2 or 3.
 at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const at::Tensor& indices,
                                 at::IntArrayRef output_size, int64_t spatial, at::MemoryFormat format,
                                 at::Tensor& out) {
@@ -130,9 +143,9 @@ at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const 
   if (work.is_cuda()) {
     cuda::max_unpool_kernel(in, idx, work, in_image, out_image);
   } else {
-    // NB: the serial scatter stands for the CUDA path's winner kernels (ops/plan.h).
+    // NB: the serial pass stands for the CUDA path's winner kernels and gather (ops/plan.h).
     plan::record(max_unpool_kernels(in.numel(), work.numel()));
-    max_unpool_compute<cpu::Engine>(in, idx, work, in_image, out_image, SerialScatter());
+    max_unpool_serial(in, idx, work, in_image, out_image);
   }
   if (!work.is_same(out)) out.copy_(work);
   return out;

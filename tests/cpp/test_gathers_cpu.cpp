@@ -1,7 +1,9 @@
 // The CPU paths of the padding and pooling backwards (row and plane loops over host tables, the max pools'
-// block scatter) against the per-element ops the CUDA kernels run, reached here through cpu::Engine: both
-// the op the host picks (32-bit index math, BlockFold only where every element has at most kBlock
-// contributions) and the general one (64-bit, StreamingTree). Same bits everywhere.
+// block scatter) and of max_unpool (one serial pass) against the per-element ops the CUDA kernels run,
+// reached here through cpu::Engine: both the op the host picks (32-bit index math, BlockFold only where every
+// element has at most kBlock contributions) and the general one (64-bit, StreamingTree). Same bits everywhere.
+#include "ops/max_unpool.h"
+#include "ops/max_unpool_op.h"
 #include "ops/padding.h"
 #include "ops/padding_op.h"
 #include "ops/pooling.h"
@@ -11,6 +13,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 namespace {
@@ -157,6 +161,31 @@ TEST(GathersCpu, MaxPoolScatterMatchesSortReduceEngine) {
       const at::Tensor twin = detops::adaptive_max_pool2d_backward(grad_out.view({planes, 7, 10}), self,
                                                                    indices.view({planes, 7, 10}));
       expect_same_bits(twin.view({planes, input_plane}), engine, c10::toString(dtype));
+    }
+  }
+}
+
+// The winners as the CUDA path's atomicMax leaves them: per destination, the largest source position.
+struct LargestPosition {
+  void operator()(const int64_t* indices, int64_t n, int64_t in_image, int64_t out_image, int64_t* winner) const {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t d = detops::max_unpool_dest(i, indices, in_image, out_image);
+      if (d >= 0) winner[d] = std::max(winner[d], i);
+    }
+  }
+};
+
+TEST(GathersCpu, MaxUnpoolSerialPassMatchesWinnerGather) {
+  at::manual_seed(3);
+  const int64_t planes = 6;
+  for (const auto dtype : kDtypes) {
+    for (const int64_t out_w : {int64_t{6}, int64_t{40}}) {  // 6: several inputs per output; 40: some outputs none
+      const at::Tensor self = at::randn({1, planes, 5, 10}).to(dtype);
+      const at::Tensor indices = at::randint(0, 5 * out_w, {1, planes, 5, 10}, at::kLong);
+      const at::Tensor twin = detops::max_unpool2d(self, indices, {5, out_w});
+      at::Tensor gathered = at::empty({1, planes, 5, out_w}, self.options());
+      detops::max_unpool_compute<detops::cpu::Engine>(self, indices, gathered, 50, 5 * out_w, LargestPosition());
+      expect_same_bits(twin, gathered, std::string(c10::toString(dtype)) + ", width " + std::to_string(out_w));
     }
   }
 }
