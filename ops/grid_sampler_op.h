@@ -461,23 +461,29 @@ bool grid_input_grad_streaming_cpu(const GridInputGradOp<scalar_t>& op, int64_t 
   const int64_t C = op.C;
   std::vector<acc_t> block(num_keys * C), top(num_keys * C);
   std::vector<uint8_t> any_top(num_keys, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t k = op.key(i);
-    if (k == kSkipKey) continue;
-    const int64_t p = i / op.taps, b = p / op.out_plane;
-    const scalar_t* go = op.grad_output + b * C * op.out_plane + (p - b * op.out_plane);
-    const acc_t w = op.tap_weights[i];
-    acc_t* bs = block.data() + k * C;
-    if (in_block[k] == 0) {
-      for (int64_t c = 0; c < C; ++c) bs[c] = w * to_acc(go[c * op.out_plane]);
-    } else {
-      for (int64_t c = 0; c < C; ++c) bs[c] = add_rn(bs[c], w * to_acc(go[c * op.out_plane]));
-    }
-    if (++in_block[k] == kBlock) {
-      acc_t* ts = top.data() + k * C;
-      for (int64_t c = 0; c < C; ++c) ts[c] = any_top[k] ? add_rn(ts[c], bs[c]) : bs[c];
-      any_top[k] = 1;
-      in_block[k] = 0;
+  // i = (b * out_plane + q) * taps + t in increasing i, with no division per tap.
+  const int64_t batches = n / (op.taps * op.out_plane);
+  int64_t i = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t q = 0; q < op.out_plane; ++q) {
+      const scalar_t* go = op.grad_output + b * C * op.out_plane + q;
+      for (int64_t t = 0; t < op.taps; ++t, ++i) {
+        const int64_t k = op.key(i);
+        if (k == kSkipKey) continue;
+        const acc_t w = op.tap_weights[i];
+        acc_t* bs = block.data() + k * C;
+        if (in_block[k] == 0) {
+          for (int64_t c = 0; c < C; ++c) bs[c] = w * to_acc(go[c * op.out_plane]);
+        } else {
+          for (int64_t c = 0; c < C; ++c) bs[c] = add_rn(bs[c], w * to_acc(go[c * op.out_plane]));
+        }
+        if (++in_block[k] == kBlock) {
+          acc_t* ts = top.data() + k * C;
+          for (int64_t c = 0; c < C; ++c) ts[c] = any_top[k] ? add_rn(ts[c], bs[c]) : bs[c];
+          any_top[k] = 1;
+          in_block[k] = 0;
+        }
+      }
     }
   }
   for (int64_t k = 0; k < num_keys; ++k) {
