@@ -172,6 +172,7 @@ struct UpsampleAaElementOp {
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace detops {
@@ -427,30 +428,47 @@ void upsample_aa_backward_columns(const UpsampleAaBackwardOp<scalar_t>& op, int6
         }
         int in_block = 0;
         bool any_top = false;
-        for (int64_t a = a0; a < a1; ++a) {
-          const acc_t wy = op.rows.w[a];
-          const scalar_t* row = op.grad_out + p0 * out_plane + op.rows.out[a] * op.ow;
-          for (int64_t j = 0; j < len; ++j) {
-            // Column x0 + l's j-th weight sits at start[x0 + l] + j = b0 + l * len + j.
-            for (int64_t l = 0; l < W; ++l) w[l] = mul_rn(op.cols.w[b0 + l * len + j], wy);
-            const scalar_t* src = row + op.cols.out[b0 + j];
-            for (int64_t p = 0; p < P; ++p) {
-              const acc_t v = to_acc(src[p * out_plane]);
-              acc_t* bl = block[p];
-              if (in_block == 0) {
-                for (int64_t l = 0; l < W; ++l) bl[l] = mul_rn(w[l], v);
-              } else {
-                for (int64_t l = 0; l < W; ++l) bl[l] = add_rn(bl[l], mul_rn(w[l], v));
-              }
-            }
-            if (++in_block == kBlock) {
+        // The group's columns folded side by side; a width of 4, 8 or 16 known to the compiler, so that the
+        // loops over it unroll into whole vectors (the group's width is mostly the downsampling factor).
+        const auto fold = [&](auto fixed) {
+          constexpr int64_t kFixed = decltype(fixed)::value;
+          const int64_t width = kFixed > 0 ? kFixed : W;
+          for (int64_t a = a0; a < a1; ++a) {
+            const acc_t wy = op.rows.w[a];
+            const scalar_t* row = op.grad_out + p0 * out_plane + op.rows.out[a] * op.ow;
+            for (int64_t j = 0; j < len; ++j) {
+              // Column x0 + l's j-th weight sits at start[x0 + l] + j = b0 + l * len + j.
+              for (int64_t l = 0; l < width; ++l) w[l] = mul_rn(op.cols.w[b0 + l * len + j], wy);
+              const scalar_t* src = row + op.cols.out[b0 + j];
               for (int64_t p = 0; p < P; ++p) {
-                for (int64_t l = 0; l < W; ++l) top[p][l] = any_top ? add_rn(top[p][l], block[p][l]) : block[p][l];
+                const acc_t v = to_acc(src[p * out_plane]);
+                acc_t* bl = block[p];
+                if (in_block == 0) {
+                  for (int64_t l = 0; l < width; ++l) bl[l] = mul_rn(w[l], v);
+                } else {
+                  for (int64_t l = 0; l < width; ++l) bl[l] = add_rn(bl[l], mul_rn(w[l], v));
+                }
               }
-              any_top = true;
-              in_block = 0;
+              if (++in_block == kBlock) {
+                for (int64_t p = 0; p < P; ++p) {
+                  for (int64_t l = 0; l < width; ++l) {
+                    top[p][l] = any_top ? add_rn(top[p][l], block[p][l]) : block[p][l];
+                  }
+                }
+                any_top = true;
+                in_block = 0;
+              }
             }
           }
+        };
+        if (W == 8) {
+          fold(std::integral_constant<int64_t, 8>());
+        } else if (W == 16) {
+          fold(std::integral_constant<int64_t, 16>());
+        } else if (W == 4) {
+          fold(std::integral_constant<int64_t, 4>());
+        } else {
+          fold(std::integral_constant<int64_t, 0>());
         }
         for (int64_t p = 0; p < P; ++p) {
           for (int64_t l = 0; l < W; ++l) {

@@ -112,9 +112,11 @@ TEST(CpuPaths, AntialiasedUpsamplePathsGiveTheSameBits) {
   for (auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
     for (auto filter : {detops::AaFilter::kBilinear, detops::AaFilter::kBicubic}) {
       for (bool ac : {false, true}) {
-        // Down (windows of 16 / 32), up (lists over kBlock), odd sizes, more planes than one group of lanes,
-        // and lists over kBlock * kBlock (element by element).
+        // Down (windows of 16 / 32; column groups of 8, 16 and 4), up (lists over kBlock), odd sizes, more
+        // planes than one group of lanes, and lists over kBlock * kBlock (element by element).
         expect_aa_paths_agree(3, 64, 64, 8, 8, filter, ac, dtype);
+        expect_aa_paths_agree(3, 64, 64, 16, 4, filter, ac, dtype);
+        expect_aa_paths_agree(3, 32, 64, 8, 16, filter, ac, dtype);
         expect_aa_paths_agree(2, 8, 8, 32, 32, filter, ac, dtype);
         expect_aa_paths_agree(70, 17, 23, 7, 40, filter, ac, dtype);
         expect_aa_paths_agree(37, 50, 203, 9, 11, filter, ac, dtype);
