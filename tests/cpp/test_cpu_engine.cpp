@@ -308,11 +308,15 @@ TEST(CpuEngine, KeysOfAtMostOneBlockMatchTheSortedPlan) {
   for (const int64_t num_keys : {int64_t{1}, int64_t{15}, int64_t{1000}, int64_t{1041}, int64_t{33333}}) {
     const int64_t n = num_keys + 17;
     std::vector<int64_t> keys(n);
-    for (int64_t i = 0; i < n; ++i) keys[i] = rng() % 10 == 0 ? detops::kSkipKey : static_cast<int64_t>(rng() % num_keys);
+    for (int64_t i = 0; i < n; ++i) {
+      keys[i] = rng() % 10 == 0 ? detops::kSkipKey : static_cast<int64_t>(rng() % num_keys);
+    }
     const std::string what = "keys " + std::to_string(num_keys);
     const std::vector<float> f = make_values<float>(rng, n, 0);
     compare<float>(
-        [&](float* out, int64_t* calls) { return TableOp<float, detops::AddRn>{keys.data(), f.data(), out, calls, 1, 1}; },
+        [&](float* out, int64_t* calls) {
+          return TableOp<float, detops::AddRn>{keys.data(), f.data(), out, calls, 1, 1};
+        },
         n, num_keys, 1, 1, "AddRn float, " + what);
     const std::vector<double> d = make_values<double>(rng, n, 2);
     compare<double>(
