@@ -143,9 +143,10 @@ at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const 
   if (work.is_cuda()) {
     cuda::max_unpool_kernel(in, idx, work, in_image, out_image);
   } else {
-    // NB: the serial pass stands for the CUDA path's winner kernels and gather (ops/plan.h). It writes only
-    // the destinations: a separate contiguous result starts from zeros too.
+    // NB: the serial pass stands for the CUDA path's winner kernels and gather (ops/plan.h), recorded in
+    // their place. It writes only the destinations: a separate contiguous result starts from zeros too.
     plan::record(max_unpool_kernels(in.numel(), work.numel()));
+    plan::record(plan::for_each_call(work.numel()));
     if (!work.is_same(out)) work.zero_();
     max_unpool_serial(in, idx, work, in_image, out_image);
   }
