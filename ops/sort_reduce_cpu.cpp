@@ -151,28 +151,12 @@ std::vector<int64_t> segment_starts(const std::vector<int64_t>& keys, const std:
 namespace detops::cpu {
 namespace {
 
-// Buffers a thread has released, kept for its next calls; at most kKeep of them, each at most kKeepBytes.
+// Buffers a thread has released, kept for its next calls: at most kKeep of them, each at most kKeepBytes,
+// each with how many of its first bytes hold the empty records of its tag (CleanRecords; 0 for scratch).
 constexpr size_t kKeep = 8;
 constexpr size_t kKeepBytes = size_t{64} << 20;
 
-struct ScratchPool {
-  std::vector<std::pair<size_t, char*>> free;
-  ~ScratchPool() {
-    for (auto& [size, data] : free) delete[] data;
-  }
-};
-
-ScratchPool& pool() {
-  thread_local ScratchPool p;
-  return p;
-}
-
-
-// Buffers of CleanRecords a thread has released: at most kKeepClean of them, each at most kKeepBytes, with
-// how many of their bytes hold the empty records of their tag.
-constexpr size_t kKeepClean = 4;
-
-struct CleanEntry {
+struct Kept {
   char* data;
   size_t size;
   size_t clean_bytes;
@@ -180,112 +164,102 @@ struct CleanEntry {
   size_t tag_bytes;
 };
 
-struct CleanPool {
-  std::vector<CleanEntry> free;
-  ~CleanPool() {
-    for (CleanEntry& e : free) delete[] e.data;
+struct Pool {
+  std::vector<Kept> free;
+  ~Pool() {
+    for (Kept& e : free) delete[] e.data;
   }
 };
 
-CleanPool& clean_pool() {
-  thread_local CleanPool p;
+Pool& pool() {
+  thread_local Pool p;
   return p;
 }
 
-}  // namespace
+bool same_tag(const Kept& e, const void* tag, size_t tag_bytes) {
+  return e.tag_bytes == tag_bytes && std::memcmp(e.tag, tag, tag_bytes) == 0;
+}
 
-CleanRecords::CleanRecords(size_t bytes, const void* tag, size_t tag_bytes)
-    : data_(nullptr), size_(0), bytes_(bytes), clean_bytes_(0), tag_bytes_(tag_bytes) {
-  TORCH_INTERNAL_ASSERT(tag_bytes <= kMaxTag);
-  std::memcpy(tag_, tag, tag_bytes);
-  auto& free = clean_pool().free;
-  // A buffer clean for this tag and size, else the smallest one large enough (to be filled), else a new one.
+// A buffer of at least `bytes` bytes: one clean for `tag` that far if kept (tag_bytes > 0), else the smallest
+// kept one large enough, preferring one that is clean for no tag, else a new one. Sets *clean_bytes to how
+// many bytes hold the tag's empty records.
+char* take(size_t bytes, const void* tag, size_t tag_bytes, size_t* size, size_t* clean_bytes) {
+  auto& free = pool().free;
   size_t pick = free.size();
-  for (size_t j = 0; j < free.size(); ++j) {
-    const CleanEntry& e = free[j];
-    if (e.tag_bytes == tag_bytes && std::memcmp(e.tag, tag, tag_bytes) == 0 && e.clean_bytes >= bytes) {
+  for (size_t j = 0; j < free.size() && tag_bytes > 0; ++j) {
+    if (same_tag(free[j], tag, tag_bytes) && free[j].clean_bytes >= bytes) {
       pick = j;
       break;
     }
   }
-  if (pick == free.size()) {
-    for (size_t j = 0; j < free.size(); ++j) {
-      if (free[j].size >= bytes && (pick == free.size() || free[j].size < free[pick].size)) pick = j;
+  for (size_t j = 0; j < free.size() && pick == free.size(); ++j) {
+    if (free[j].size < bytes) continue;
+    if (pick == free.size()) {
+      pick = j;
+      continue;
     }
+    const bool dirtier = free[j].clean_bytes == 0 && free[pick].clean_bytes > 0;
+    const bool as_dirty = (free[j].clean_bytes == 0) == (free[pick].clean_bytes == 0);
+    if (dirtier || (as_dirty && free[j].size < free[pick].size)) pick = j;
   }
-  if (pick < free.size()) {
-    const CleanEntry& e = free[pick];
-    data_ = e.data;
-    size_ = e.size;
-    const bool same_tag = e.tag_bytes == tag_bytes && std::memcmp(e.tag, tag, tag_bytes) == 0;
-    clean_bytes_ = same_tag ? e.clean_bytes : 0;
-    free.erase(free.begin() + static_cast<std::ptrdiff_t>(pick));
-    return;
+  *clean_bytes = 0;
+  if (pick == free.size()) {
+    *size = std::max<size_t>(bytes, 64);
+    return new char[*size];
   }
-  size_ = std::max<size_t>(bytes, 64);
-  data_ = new char[size_];
+  const Kept e = free[pick];
+  free.erase(free.begin() + static_cast<std::ptrdiff_t>(pick));
+  if (tag_bytes > 0 && same_tag(e, tag, tag_bytes)) *clean_bytes = e.clean_bytes;
+  *size = e.size;
+  return e.data;
 }
 
-CleanRecords::~CleanRecords() {
-  // NB: clean for what it was clean for and for the records this user filled and put back; else for nothing.
-  const size_t clean_bytes = marked_ ? std::max(clean_bytes_, bytes_) : 0;
-  auto& free = clean_pool().free;
-  if (size_ > kKeepBytes) {
-    delete[] data_;
+void give(char* data, size_t size, size_t clean_bytes, const void* tag, size_t tag_bytes) {
+  auto& free = pool().free;
+  if (size > kKeepBytes) {
+    delete[] data;
     return;
   }
-  if (free.size() >= kKeepClean) {
-    auto smallest = std::min_element(free.begin(), free.end(),
-                                     [](const CleanEntry& a, const CleanEntry& b) { return a.size < b.size; });
-    if (smallest->size >= size_) {
-      delete[] data_;
+  if (free.size() >= kKeep) {
+    // Drop the smallest kept buffer for this one if this one is larger.
+    auto smallest =
+        std::min_element(free.begin(), free.end(), [](const Kept& a, const Kept& b) { return a.size < b.size; });
+    if (smallest->size >= size) {
+      delete[] data;
       return;
     }
     delete[] smallest->data;
     free.erase(smallest);
   }
-  CleanEntry e;
-  e.data = data_;
-  e.size = size_;
+  Kept e;
+  e.data = data;
+  e.size = size;
   e.clean_bytes = clean_bytes;
-  std::memcpy(e.tag, tag_, tag_bytes_);
-  e.tag_bytes = tag_bytes_;
+  e.tag_bytes = tag_bytes;
+  if (tag_bytes > 0) std::memcpy(e.tag, tag, tag_bytes);
   free.push_back(e);
 }
 
-Scratch::Scratch(size_t bytes) : data_(nullptr), size_(0) {
-  auto& free = pool().free;
-  size_t best = free.size();
-  for (size_t j = 0; j < free.size(); ++j) {
-    if (free[j].first >= bytes && (best == free.size() || free[j].first < free[best].first)) best = j;
-  }
-  if (best < free.size()) {
-    size_ = free[best].first;
-    data_ = free[best].second;
-    free.erase(free.begin() + static_cast<std::ptrdiff_t>(best));
-    return;
-  }
-  size_ = std::max<size_t>(bytes, 64);
-  data_ = new char[size_];
+}  // namespace
+
+Scratch::Scratch(size_t bytes) {
+  size_t clean_bytes;
+  data_ = take(bytes, nullptr, 0, &size_, &clean_bytes);
 }
 
 Scratch::~Scratch() {
-  auto& free = pool().free;
-  if (size_ > kKeepBytes) {
-    delete[] data_;
-    return;
-  }
-  if (free.size() >= kKeep) {
-    // Drop the smallest kept buffer for this one if this one is larger.
-    auto smallest = std::min_element(free.begin(), free.end());
-    if (smallest->first >= size_) {
-      delete[] data_;
-      return;
-    }
-    delete[] smallest->second;
-    free.erase(smallest);
-  }
-  free.emplace_back(size_, data_);
+  give(data_, size_, 0, nullptr, 0);
+}
+
+CleanRecords::CleanRecords(size_t bytes, const void* tag, size_t tag_bytes) : bytes_(bytes), tag_bytes_(tag_bytes) {
+  TORCH_INTERNAL_ASSERT(tag_bytes > 0 && tag_bytes <= kMaxTag);
+  std::memcpy(tag_, tag, tag_bytes);
+  data_ = take(bytes, tag, tag_bytes, &size_, &clean_bytes_);
+}
+
+CleanRecords::~CleanRecords() {
+  // NB: clean for what it was clean for and for the records its user filled and put back; else for nothing.
+  give(data_, size_, marked_ ? std::max(clean_bytes_, bytes_) : 0, tag_, tag_bytes_);
 }
 
 }  // namespace detops::cpu

@@ -42,52 +42,49 @@ int64_t list_nonzero_counts(const void* records, int64_t len, int32_t* listed);
 // has none.
 int64_t list_nonzero_counts_variant(int variant, const void* records, int64_t len, int32_t* listed);
 
-// A scratch buffer of at least `bytes` bytes, uninitialised, reused across calls on the same thread (no
-// allocation and no page faults for repeated calls of one shape).
-class Scratch {
+// A buffer from a pool that each thread keeps of the buffers it released (no allocation and no page faults
+// for repeated calls of one shape).
+class PooledBuffer {
  public:
-  explicit Scratch(size_t bytes);
-  ~Scratch();
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
+  PooledBuffer(const PooledBuffer&) = delete;
+  PooledBuffer& operator=(const PooledBuffer&) = delete;
   template <typename T>
   T* as() const {
     return reinterpret_cast<T*>(data_);
   }
 
- private:
-  char* data_;
-  size_t size_;
+ protected:
+  PooledBuffer() = default;
+  char* data_ = nullptr;
+  size_t size_ = 0;
 };
 
-// A buffer of records that its user finds, and leaves, all equal to one empty record, reused across calls on
-// the same thread, so that a call of the same shape skips filling it. `tag` names the empty record (its
-// fields' bytes); clean() says whether the first `bytes` bytes already hold it (else the user fills them).
-// The user that puts back every record it changed calls mark_clean(); a buffer destroyed without it is kept
-// as uninitialised scratch.
-class CleanRecords {
+// A scratch buffer of at least `bytes` bytes, uninitialised.
+class Scratch : public PooledBuffer {
+ public:
+  explicit Scratch(size_t bytes);
+  ~Scratch();
+};
+
+// A buffer of records that its user finds, and leaves, all equal to one empty record, so that a call of the
+// same shape on the same thread skips filling it. `tag` names the empty record (its fields' bytes); clean()
+// says whether the first `bytes` bytes already hold it (else the user fills them). The user that puts back
+// every record it changed calls mark_clean(); a buffer destroyed without it goes back as uninitialised.
+class CleanRecords : public PooledBuffer {
  public:
   static constexpr size_t kMaxTag = 24;
   CleanRecords(size_t bytes, const void* tag, size_t tag_bytes);
   ~CleanRecords();
-  CleanRecords(const CleanRecords&) = delete;
-  CleanRecords& operator=(const CleanRecords&) = delete;
   bool clean() const {
     return clean_bytes_ >= bytes_;
   }
   void mark_clean() {
     marked_ = true;
   }
-  template <typename T>
-  T* as() const {
-    return reinterpret_cast<T*>(data_);
-  }
 
  private:
-  char* data_;
-  size_t size_;
   size_t bytes_;
-  size_t clean_bytes_;  // how many bytes held the empty records when taken
+  size_t clean_bytes_ = 0;  // how many bytes held the empty records when taken
   unsigned char tag_[kMaxTag];
   size_t tag_bytes_;
   bool marked_ = false;
