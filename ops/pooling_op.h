@@ -354,10 +354,15 @@ void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
   const int64_t iplane = d.isize[0] * d.isize[1] * d.isize[2];
   const int64_t oplane = d.osize[0] * d.osize[1] * d.osize[2];
   int64_t singles = 1;  // input positions of a plane covered by exactly one output
+  int64_t most = 1;     // the most outputs covering one input position
   for (int k = 0; k < 3; ++k) {
-    int64_t n = 0;
-    for (size_t i = 0; i < lo[k].size(); ++i) n += hi[k][i] - lo[k][i] == 1;
+    int64_t n = 0, m = 0;
+    for (size_t i = 0; i < lo[k].size(); ++i) {
+      n += hi[k][i] - lo[k][i] == 1;
+      m = std::max(m, hi[k][i] - lo[k][i]);
+    }
     singles *= n;
+    most *= m;
   }
   // Many planes, mostly single (pooling heads): per input position of a plane, the one output covering it (0 if none
   // or several), and the others with the runs gather() walks. Else per row, the W positions covered by
@@ -393,7 +398,7 @@ void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
   }
   const int64_t grain = std::max<int64_t>(1, 32768 / (iplane + oplane));
   at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> c(static_cast<size_t>(oplane));
+    std::vector<acc_t> c(static_cast<size_t>(oplane)), row(static_cast<size_t>(d.isize[2]));
     for (int64_t p = begin; p < end; ++p) {
       const scalar_t* g = op.grad_out + p * oplane;
       acc_t* cp = c.data();
@@ -429,6 +434,28 @@ void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
               const int64_t l3[3] = {l[0], l[1], lo[2][iw]};
               const int64_t h3[3] = {h[0], h[1], hi[2][iw]};
               out[iw] = op.gather(l3, h3, get);
+            }
+          } else if (most <= kBlock) {
+            // Every element one block of at most kBlock: the row's elements folded side by side, the (ot, oh)
+            // pairs outer in ascending order, each element's outputs along W inner: per element the left fold
+            // of gather()'s BlockFold over the same sequence.
+            acc_t* r = row.data();
+            bool first = true;
+            for (int64_t ot = l[0]; ot < h[0]; ++ot) {
+              for (int64_t oh = l[1]; oh < h[1]; ++oh, first = false) {
+                const acc_t* crow = cc + (ot * d.osize[1] + oh) * d.osize[2];
+                for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
+                  const int64_t w0 = lo[2][iw], w1 = hi[2][iw];
+                  if (w0 == w1) continue;
+                  acc_t v = first ? crow[w0] : add_rn(r[iw], crow[w0]);
+                  for (int64_t ow = w0 + 1; ow < w1; ++ow) v = add_rn(v, crow[ow]);
+                  r[iw] = v;
+                }
+              }
+            }
+            for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
+              const bool none = first || lo[2][iw] == hi[2][iw];
+              out[iw] = none ? round_to<scalar_t>(acc_t(0)) : op.single(r[iw]);
             }
           } else {
             for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
