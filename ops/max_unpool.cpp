@@ -5,7 +5,6 @@
 
 #include "ops/common.h"
 #include "ops/max_unpool_op.h"
-#include "ops/sort_reduce_cpu.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
@@ -87,9 +86,6 @@ void check_unpool_indices(const at::Tensor& indices, int64_t out_image, at::IntA
   }
 }
 
-// The winners on the CPU: planes in parallel, each plane's elements in source order, the later one
-// overwriting, which is the largest position. NB: a plane is walked whole by one thread, so the result does
-// not depend on the number of threads.
 // The CPU computation: each plane's elements in source order copy their bits to their destinations, so the
 // last writer stays, the element max_unpool_compute's winner table names (the largest position); out holds
 // zeros. NB: planes are apart and each is walked whole by one thread in source order, so the bits do not
@@ -116,6 +112,8 @@ void max_unpool_serial(const at::Tensor& in, const at::Tensor& indices, at::Tens
   });
 }
 
+// The shared body: out resized to the batch and channel dims of self followed by output_size (in
+// `format`), zeroed, then written. spatial: 2 or 3.
 at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const at::Tensor& indices,
                                 at::IntArrayRef output_size, int64_t spatial, at::MemoryFormat format,
                                 at::Tensor& out) {
