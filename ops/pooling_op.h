@@ -337,7 +337,8 @@ void avg_pool_backward_compute(at::Tensor& grad_in, const at::Tensor& grad_out, 
 
 // Average pools, the CPU path: (N, C) planes in parallel. The covering outputs of each input position are
 // tabulated once per call and each output's contribution once per plane, so no element divides; each
-// element runs the op's gather(), the bits of avg_pool_backward_compute.
+// element runs the op's gather() (rows of at most kBlock windows per element: the same left fold, the row's
+// elements side by side), the bits of avg_pool_backward_compute.
 template <typename scalar_t>
 void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& d, bool adaptive,
                                   bool count_include_pad, int64_t divisor_override) {
