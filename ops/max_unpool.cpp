@@ -113,7 +113,7 @@ void max_unpool_serial(const at::Tensor& in, const at::Tensor& indices, at::Tens
 }
 
 // The shared body: out resized to the batch and channel dims of self followed by output_size (in
-// `format`), zeroed, then written. spatial: 2 or 3.
+// `format`), then written whole (zero where no element writes). spatial: 2 or 3.
 at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const at::Tensor& indices,
                                 at::IntArrayRef output_size, int64_t spatial, at::MemoryFormat format,
                                 at::Tensor& out) {
@@ -134,18 +134,18 @@ at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const 
   }
   const at::Tensor idx = indices.contiguous();
   if (out.numel() != 0) check_unpool_indices(idx, out_image, output_size);
-  out.zero_();
-  if (out.numel() == 0 || self.numel() == 0) return out;
+  if (out.numel() == 0 || self.numel() == 0) return out.zero_();
   const at::Tensor in = self.contiguous();
   at::Tensor work = out.is_contiguous() ? out : at::empty(shape, out.options());
   if (work.is_cuda()) {
+    // The gather writes every output element (zero where no element writes): no fill before it.
     cuda::max_unpool_kernel(in, idx, work, in_image, out_image);
   } else {
     // NB: the serial pass stands for the CUDA path's winner kernels and gather (ops/plan.h), recorded in
-    // their place. It writes only the destinations: a separate contiguous result starts from zeros too.
+    // their place. It writes only the destinations, after zeros.
     plan::record(max_unpool_kernels(in.numel(), work.numel()));
     plan::record(plan::for_each_call(work.numel()));
-    if (!work.is_same(out)) work.zero_();
+    work.zero_();
     max_unpool_serial(in, idx, work, in_image, out_image);
   }
   if (!work.is_same(out)) out.copy_(work);

@@ -399,7 +399,8 @@ void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
   }
   const int64_t grain = std::max<int64_t>(1, 32768 / (iplane + oplane));
   at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> c(static_cast<size_t>(oplane)), row(static_cast<size_t>(d.isize[2]));
+    std::vector<acc_t> c(static_cast<size_t>(oplane));
+    std::vector<acc_t> row(static_cast<size_t>(!by_table && most <= kBlock ? d.isize[2] : 0));
     for (int64_t p = begin; p < end; ++p) {
       const scalar_t* g = op.grad_out + p * oplane;
       acc_t* cp = c.data();
