@@ -1,9 +1,11 @@
 // The CUDA engine's calls of 2^31 or more contributions (ops/key_chunks.h): one histogram of the keys per
-// level of buckets (one host synchronisation each), then per chunk a stable compaction of its contributions'
-// positions (cub::DeviceSelect::If, 64-bit item counts) and one ordinary engine call over PositionsOp.
+// level of buckets (one host synchronisation each), then per chunk a bit mask of its contributions, their
+// positions compacted stably (select_chunk_positions, cuda/sort_reduce.cu) and one plan over PositionsOp
+// (sort_reduce_plan with kChunk: one fixed path, 3 kernels per op).
 // Included by cuda/sort_reduce.cuh, whose sort_reduce() sends such calls here.
 #pragma once
 
+#include "cuda/sort_reduce.h"
 #include "cuda/sort_reduce_steps.h"
 #include "ops/common.h"
 #include "ops/contract.h"
@@ -15,52 +17,29 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <cub/device/device_select.cuh>
-
 #include <algorithm>
-#include <iterator>
 #include <vector>
 
 namespace detops::cuda {
 
-// The source positions 0, 1, 2, ... as a random-access iterator, the input of the compaction.
-struct PositionIterator {
-  using value_type = int64_t;
-  using difference_type = int64_t;
-  using pointer = const int64_t*;
-  using reference = int64_t;
-  using iterator_category = std::random_access_iterator_tag;
-  int64_t base;
-
-  C10_HOST_DEVICE int64_t operator*() const { return base; }
-  C10_HOST_DEVICE int64_t operator[](int64_t i) const { return base + i; }
-  C10_HOST_DEVICE PositionIterator operator+(int64_t i) const { return {base + i}; }
-  C10_HOST_DEVICE PositionIterator operator-(int64_t i) const { return {base - i}; }
-  C10_HOST_DEVICE int64_t operator-(const PositionIterator& o) const { return base - o.base; }
-  C10_HOST_DEVICE PositionIterator& operator++() {
-    ++base;
-    return *this;
-  }
-  C10_HOST_DEVICE PositionIterator& operator+=(int64_t i) {
-    base += i;
-    return *this;
-  }
-  C10_HOST_DEVICE bool operator==(const PositionIterator& o) const { return base == o.base; }
-  C10_HOST_DEVICE bool operator!=(const PositionIterator& o) const { return base != o.base; }
-};
-
-// Whether contribution i has a key in [lo, hi) (skipped contributions have none).
+// One thread per contribution, in whole warps: bit (i % 32) of mask[i / 32] says whether contribution i has a
+// key in [lo, hi) (skipped contributions have none). The block size is a multiple of 32 and so is every base,
+// so each warp writes one whole word. The compaction reads the mask, so CUB's select is compiled once, not
+// once per op.
 template <typename Op>
-struct KeyInRange {
-  Op op;
-  int64_t lo;
-  int64_t hi;
-
-  C10_HOST_DEVICE bool operator()(int64_t i) const {
-    const int64_t k = op.key(i);
-    return k != kSkipKey && k >= lo && k < hi;
+__global__ void chunk_mask_kernel(Op op, int64_t n, int64_t lo, int64_t hi, uint32_t* mask) {
+  // The trip count depends on blockIdx only: every lane of a warp reaches the vote together.
+  for (int64_t base = int64_t{blockIdx.x} * blockDim.x; base < n; base += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    bool in = false;
+    if (i < n) {
+      const int64_t k = op.key(i);
+      in = k != kSkipKey && k >= lo && k < hi;
+    }
+    const unsigned word = __ballot_sync(0xffffffffu, in);
+    if (threadIdx.x % 32 == 0 && i < n) mask[i / 32] = word;
   }
-};
+}
 
 // One thread per contribution, grid-stride: counts it in its key's bucket when the key is in [lo, hi) (integer
 // atomics, exact in any order); an invalid key fails as in make_keys_kernel.
@@ -75,15 +54,14 @@ __global__ void key_histogram_kernel(Op op, int64_t n, int64_t num_keys, int64_t
   }
 }
 
-template <typename acc_t, typename Op>
-void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
-                 const at::TensorOptions& device_options);
+template <typename acc_t, bool kChunk, typename Op>
+void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                      const at::TensorOptions& device_options);
 
 // sort_reduce for n > kMaxContributions: key chunks of at most kMaxContributions contributions each.
 template <typename acc_t, typename Op>
 void sort_reduce_in_chunks(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                            const at::TensorOptions& device_options) {
-  namespace cub = CUB_NS_QUALIFIER;
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const auto longs = device_options.dtype(at::kLong);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, int64_t{1} << 20));
@@ -98,19 +76,17 @@ void sort_reduce_in_chunks(const char* name, const Op& op, int64_t n, int64_t nu
     const int64_t* c = host.const_data_ptr<int64_t>();
     return std::vector<int64_t>(c, c + buckets);
   };
+  at::Tensor mask = empty_scratch({(n + 31) / 32}, device_options.dtype(at::kInt));
   const auto run = [&](const KeyChunk& chunk) {
+    chunk_mask_kernel<<<grid, 256, 0, stream>>>(op, n, chunk.lo, chunk.hi,
+                                                reinterpret_cast<uint32_t*>(mask.data_ptr()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     at::Tensor pos = empty_scratch({chunk.count}, longs);
-    at::Tensor selected = empty_scratch({1}, longs);
-    const KeyInRange<Op> in_range{op, chunk.lo, chunk.hi};
-    size_t bytes = 0;
-    C10_CUDA_CHECK(cub::DeviceSelect::If(nullptr, bytes, PositionIterator{0}, pos.data_ptr<int64_t>(),
-                                         selected.data_ptr<int64_t>(), n, in_range, stream));
-    at::Tensor temp = empty_scratch({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, device_options.dtype(at::kByte));
-    C10_CUDA_CHECK(cub::DeviceSelect::If(temp.data_ptr(), bytes, PositionIterator{0}, pos.data_ptr<int64_t>(),
-                                         selected.data_ptr<int64_t>(), n, in_range, stream));
+    select_chunk_positions(reinterpret_cast<const uint32_t*>(mask.const_data_ptr()), n, pos.data_ptr<int64_t>(),
+                           device_options);
     // NB: the compaction is stable, so each destination's contributions keep their source order.
     const PositionsOp<Op> chunk_op{op, pos.data_ptr<int64_t>(), chunk.lo};
-    sort_reduce<acc_t>(name, chunk_op, chunk.count, chunk.hi - chunk.lo, D, device_options);
+    sort_reduce_plan<acc_t, true>(name, chunk_op, chunk.count, chunk.hi - chunk.lo, D, device_options);
   };
   for_each_key_chunk(name, 0, num_keys, kMaxContributions, kChunkBuckets, histogram, run);
 }

@@ -3,16 +3,20 @@
 // Everything lives in the call's one workspace (plan::layout_for).
 #include "cuda/sort_reduce.h"
 #include "cuda/sort_reduce_steps.h"
+#include "ops/common.h"
 #include "ops/contract.h"
 
+#include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cub/device/device_select.cuh>
 #include <cuda/std/iterator>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -71,6 +75,30 @@ struct SegItemIterator {
   __host__ __device__ bool operator!=(const SegItemIterator& o) const { return p != o.p; }
 };
 
+// The source positions 0, 1, 2, ... as a random-access iterator, the input of a key chunk's compaction (only the
+// operations CUB's select uses).
+struct PositionIterator {
+  using value_type = int64_t;
+  using difference_type = int64_t;
+  using pointer = const int64_t*;
+  using reference = int64_t;
+  using iterator_category = ::cuda::std::random_access_iterator_tag;
+  int64_t base;
+
+  __host__ __device__ int64_t operator*() const { return base; }
+  __host__ __device__ int64_t operator[](int64_t i) const { return base + i; }
+  __host__ __device__ PositionIterator operator+(int64_t i) const { return {base + i}; }
+};
+
+// Whether position i's bit is set in a key chunk's mask.
+struct MaskBit {
+  const uint32_t* mask;
+
+  __host__ __device__ bool operator()(int64_t i) const {
+    return ((mask[i >> 5] >> (i & 31)) & 1u) != 0;
+  }
+};
+
 // CUB temp sizes depend on the device and the problem, not on the data: queried once per shape.
 std::mutex temp_mutex;
 std::map<std::tuple<int, int64_t, int64_t, int>, int64_t> temp_cache;
@@ -125,6 +153,17 @@ SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, in
   TORCH_CHECK(n > 0, "detops: the sort-reduce engine's plan needs at least one contribution");
   if (key_bytes == 8) return plan_typed<uint64_t>(ws, layout, n, num_keys);
   return plan_typed<uint32_t>(ws, layout, n, num_keys);
+}
+
+void select_chunk_positions(const uint32_t* mask, int64_t n, int64_t* pos, const at::TensorOptions& device_options) {
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  at::Tensor selected = empty_scratch({1}, device_options.dtype(at::kLong));
+  size_t bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceSelect::If(nullptr, bytes, PositionIterator{0}, pos, selected.data_ptr<int64_t>(), n,
+                                       MaskBit{mask}, stream));
+  at::Tensor temp = empty_scratch({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, device_options.dtype(at::kByte));
+  C10_CUDA_CHECK(cub::DeviceSelect::If(temp.data_ptr(), bytes, PositionIterator{0}, pos, selected.data_ptr<int64_t>(),
+                                       n, MaskBit{mask}, stream));
 }
 
 }  // namespace detops::cuda

@@ -168,7 +168,9 @@ __global__ void __launch_bounds__(256, 4) level_rows_kernel(Op op, const KeyT* k
   }
 }
 
-template <typename acc_t, typename KeyT, typename Op>
+// Level 0 and the levels above over the sorted plan. kWarpRows = false keeps to the one-thread-per-(position or
+// slot, column) kernels (a key chunk's plan, sort_reduce_plan).
+template <typename acc_t, typename KeyT, bool kWarpRows, typename Op>
 void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const SortedSegments& sorted, int32_t n,
                  int64_t num_keys, int32_t D) {
   const auto stream = c10::cuda::getCurrentCUDAStream();
@@ -178,25 +180,37 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
   auto* slot_pos = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_pos) : nullptr;
   auto* num_slots = levels ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr;
   const KeyT* keys = static_cast<const KeyT*>(sorted.keys);
-  if (D >= kWarpRowsMinD && int64_t{n} >= kWarpRowsMinPerKey * num_keys) {
-    const auto grid = static_cast<unsigned>((int64_t{n} + 255) / 256);
-    level0_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, sorted.perm, sorted.seg, n, num_keys, D,
-                                                                  scratch, slot_first, slot_pos, num_slots);
-  } else {
+  const auto level0 = [&] {
     const Launch2D l0 = launch_2d(n, D);
     level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(op, keys, sorted.perm, sorted.seg, n, num_keys,
                                                                      D, scratch, slot_first, slot_pos, num_slots);
+  };
+  if constexpr (kWarpRows) {
+    if (D >= kWarpRowsMinD && int64_t{n} >= kWarpRowsMinPerKey * num_keys) {
+      const auto grid = static_cast<unsigned>((int64_t{n} + 255) / 256);
+      level0_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, sorted.perm, sorted.seg, n, num_keys,
+                                                                    D, scratch, slot_first, slot_pos, num_slots);
+    } else {
+      level0();
+    }
+  } else {
+    level0();
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   int32_t stride = 1;
   const auto max_slots = static_cast<int32_t>(layout.max_slots);
   const Launch2D ll = launch_2d(max_slots, D);
   for (int level = 1; level <= layout.levels; ++level, stride *= kBlock) {
-    if (D >= kWarpRowsMinD) {
-      const auto grid = static_cast<unsigned>((int64_t{max_slots} + 255) / 256);
-      level_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, slot_first, slot_pos, num_slots,
-                                                                   max_slots, stride, D, scratch);
-    } else {
+    bool warp_rows = false;
+    if constexpr (kWarpRows) {
+      warp_rows = D >= kWarpRowsMinD;
+      if (warp_rows) {
+        const auto grid = static_cast<unsigned>((int64_t{max_slots} + 255) / 256);
+        level_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, slot_first, slot_pos, num_slots,
+                                                                     max_slots, stride, D, scratch);
+      }
+    }
+    if (!warp_rows) {
       level_kernel<acc_t, KeyT, Op><<<ll.grid, ll.block, 0, stream>>>(op, keys, slot_first, slot_pos, num_slots,
                                                                        max_slots, stride, D, scratch);
     }
@@ -284,63 +298,77 @@ __global__ void __launch_bounds__(plan::kSingleBlockThreads, 2)
   }
 }
 
-template <typename acc_t, typename Op>
-void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
-                 const at::TensorOptions& device_options) {
-  if (n == 0 || D == 0) return;
-  if constexpr (!is_positions_op_v<Op>) {  // NB: larger calls run in key chunks that keep the contract
-    if (n > kMaxContributions) return sort_reduce_in_chunks<acc_t>(name, op, n, num_keys, D, device_options);
-  }
+// One plan of at most kMaxContributions contributions. An ordinary call (kChunk = false) picks its path and
+// kernels by size; a key chunk of a larger call (kChunk = true, cuda/chunked.cuh) always runs the multi-block
+// path with 64-bit keys and the one-thread-per-(position or slot, column) kernels, so that each op compiles 3
+// kernels for the chunks instead of 12. NB: paths and kernels differ in schedule only; the tree and the bits
+// are the same (docs/order_contract.md).
+template <typename acc_t, bool kChunk, typename Op>
+void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                      const at::TensorOptions& device_options) {
   TORCH_CHECK(n <= kMaxContributions, name, "(): detops' sort-reduce engine takes at most 2^31-1 contributions "
-              "per call on CUDA, got ", n);
+              "per plan on CUDA, got ", n);
   TORCH_CHECK(D <= kMaxContributions, name, "(): detops' sort-reduce engine takes at most 2^31-1 columns per "
               "call on CUDA, got ", D);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  const plan::EngineCall call{plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t), plan::key_bytes_for(num_keys)};
+  const plan::EngineCall call{plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t),
+                              kChunk ? int64_t{8} : plan::key_bytes_for(num_keys)};
   const int bits = plan::sort_bits_for(num_keys, call.key_bytes);
-  const bool single = plan::single_block(call);
+  const bool single = !kChunk && plan::single_block(call);
   const plan::Layout layout = plan::layout_for(call, single ? 0 : cub_temp_bytes(n, call.key_bytes, bits));
   // The call's one allocation: keys, positions, segment items, slot tables, scratch and CUB's temp storage.
   at::Tensor workspace = empty_scratch({layout.total}, device_options.dtype(at::kByte));
   char* ws = static_cast<char*>(workspace.data_ptr());
-  if (single) {
-    const bool levels = layout.levels > 0;
-    auto* slot_first = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_first) : nullptr;
-    auto* slot_pos = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_pos) : nullptr;
-    auto* num_slots = levels ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr;
-    auto* scratch = levels ? reinterpret_cast<acc_t*>(ws + layout.scratch) : nullptr;
-    auto* perm = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
-    auto* seg = reinterpret_cast<engine::SegItem*>(ws + layout.seg);
-    const auto launch = [&](auto* keys) {
-      using KeyT = std::remove_pointer_t<decltype(keys)>;
-      single_block_kernel<acc_t, KeyT, Op><<<1, static_cast<unsigned>(plan::kSingleBlockThreads), 0, stream>>>(
-          op, static_cast<int32_t>(n), num_keys, bits, static_cast<int32_t>(D), keys, perm, seg, slot_first,
-          slot_pos, num_slots, static_cast<int32_t>(layout.max_slots), layout.levels, scratch);
-    };
-    if (call.key_bytes == 8) {
-      launch(reinterpret_cast<uint64_t*>(ws + layout.keys[0]));
-    } else {
-      launch(reinterpret_cast<uint32_t*>(ws + layout.keys[0]));
+  if constexpr (!kChunk) {
+    if (single) {
+      const bool levels = layout.levels > 0;
+      auto* slot_first = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_first) : nullptr;
+      auto* slot_pos = levels ? reinterpret_cast<int32_t*>(ws + layout.slot_pos) : nullptr;
+      auto* num_slots = levels ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr;
+      auto* scratch = levels ? reinterpret_cast<acc_t*>(ws + layout.scratch) : nullptr;
+      auto* perm = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
+      auto* seg = reinterpret_cast<engine::SegItem*>(ws + layout.seg);
+      const auto launch = [&](auto* keys) {
+        using KeyT = std::remove_pointer_t<decltype(keys)>;
+        single_block_kernel<acc_t, KeyT, Op><<<1, static_cast<unsigned>(plan::kSingleBlockThreads), 0, stream>>>(
+            op, static_cast<int32_t>(n), num_keys, bits, static_cast<int32_t>(D), keys, perm, seg, slot_first,
+            slot_pos, num_slots, static_cast<int32_t>(layout.max_slots), layout.levels, scratch);
+      };
+      if (call.key_bytes == 8) {
+        launch(reinterpret_cast<uint64_t*>(ws + layout.keys[0]));
+      } else {
+        launch(reinterpret_cast<uint32_t*>(ws + layout.keys[0]));
+      }
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
     }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
   }
   const int blocks = static_cast<int>((n + 255) / 256);
   auto* positions = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
-  if (call.key_bytes == 8) {
-    make_keys_kernel<uint64_t, Op><<<blocks, 256, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
-                                                               reinterpret_cast<uint64_t*>(ws + layout.keys[0]), positions);
+  const auto multi = [&](auto* keys) {
+    using KeyT = std::remove_pointer_t<decltype(keys)>;
+    make_keys_kernel<KeyT, Op><<<blocks, 256, 0, stream>>>(op, static_cast<int32_t>(n), num_keys, keys, positions);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const SortedSegments sorted = plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes);
+    reduce_plan<acc_t, KeyT, !kChunk>(op, ws, layout, sorted, static_cast<int32_t>(n), num_keys,
+                                      static_cast<int32_t>(D));
+  };
+  if constexpr (kChunk) {
+    multi(reinterpret_cast<uint64_t*>(ws + layout.keys[0]));
+  } else if (call.key_bytes == 8) {
+    multi(reinterpret_cast<uint64_t*>(ws + layout.keys[0]));
   } else {
-    make_keys_kernel<uint32_t, Op><<<blocks, 256, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
-                                                               reinterpret_cast<uint32_t*>(ws + layout.keys[0]), positions);
+    multi(reinterpret_cast<uint32_t*>(ws + layout.keys[0]));
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const SortedSegments sorted = plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes);
-  if (call.key_bytes == 8) {
-    reduce_plan<acc_t, uint64_t>(op, ws, layout, sorted, static_cast<int32_t>(n), num_keys, static_cast<int32_t>(D));
-  } else {
-    reduce_plan<acc_t, uint32_t>(op, ws, layout, sorted, static_cast<int32_t>(n), num_keys, static_cast<int32_t>(D));
-  }
+}
+
+template <typename acc_t, typename Op>
+void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                 const at::TensorOptions& device_options) {
+  if (n == 0 || D == 0) return;
+  // NB: larger calls run in key chunks that keep the contract.
+  if (n > kMaxContributions) return sort_reduce_in_chunks<acc_t>(name, op, n, num_keys, D, device_options);
+  sort_reduce_plan<acc_t, false>(name, op, n, num_keys, D, device_options);
 }
 
 // One thread per element, grid-stride: op(i) computes element i whole. NB: each element's value comes from

@@ -6,6 +6,8 @@
 #include "cuda/sort_reduce_steps.h"
 #include "ops/plan.h"
 
+#include <c10/core/TensorOptions.h>
+
 #include <cstdint>
 
 namespace detops::cuda {
@@ -24,5 +26,10 @@ int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits);
 // [0, num_keys]; num_keys marks an invalid contribution, sorted last and never written) and their source
 // positions. Sorts (key, position) stably and scans the segments, on the current stream, no host sync.
 SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes);
+
+// A key chunk's compaction (cuda/chunked.cuh): writes to pos, in increasing order, the positions i < n whose
+// bit (i % 32) of mask[i / 32] is set, on the current stream. NB: stable, so each destination's contributions
+// keep their source order.
+void select_chunk_positions(const uint32_t* mask, int64_t n, int64_t* pos, const at::TensorOptions& device_options);
 
 }  // namespace detops::cuda

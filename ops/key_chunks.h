@@ -75,9 +75,4 @@ struct PositionsOp {
   }
 };
 
-template <typename Op>
-inline constexpr bool is_positions_op_v = false;
-template <typename Op>
-inline constexpr bool is_positions_op_v<PositionsOp<Op>> = true;
-
 }  // namespace detops
