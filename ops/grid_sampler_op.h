@@ -89,26 +89,54 @@ C10_HOST_DEVICE inline acc_t clip(acc_t in, int64_t size) {
   return in > max ? max : in;
 }
 
+// Below this, reflect_set_grad takes its remainder and parity in integers.
+constexpr double kReflectIntegerLimit = 1 << 30;
+
+// std::fmod(in, m / 2) for 0 <= in < kReflectIntegerLimit and 0 < m <= 2^digits(acc_t), bit for bit, without
+// fmod's loop: 2 * in = I + f with I = floor(2 * in) (a truncation: 2 * in >= 0) and 0 <= f < 1, both exact,
+// so the remainder is ((I mod m) + f) / 2, whose sum is exact (I mod m <= I keeps f's bits) and so is the
+// halving.
+template <typename acc_t>
+C10_HOST_DEVICE inline acc_t half_modulus_remainder(acc_t in, int64_t m) {
+  const acc_t twice = in + in;
+  auto I = static_cast<int64_t>(twice);
+  const acc_t frac = twice - static_cast<acc_t>(I);
+  if (I >= m) I = I < 2 * m ? I - m : I % m;
+  return (static_cast<acc_t>(I) + frac) / 2;
+}
+
 // Reflect into [twice_low / 2, twice_high / 2] (stock's reflect_coordinates_set_grad). NB: the parity of the
 // number of flips is taken from the floating value itself, so a coordinate too large for an int (undefined
-// in stock) gives the same result on every device.
+// in stock) gives the same result on every device. Coordinates below kReflectIntegerLimit (all but the
+// absurd) take the remainder and the parity in integers, the same bits (tests/cpp/test_cpu_paths.cpp).
 template <typename acc_t>
 C10_HOST_DEVICE inline acc_t reflect_set_grad(acc_t in, int64_t twice_low, int64_t twice_high, acc_t* grad) {
   if (twice_low == twice_high) {
     *grad = acc_t(0);
     return acc_t(0);
   }
+  const int64_t m = twice_high - twice_low;
   const acc_t min = static_cast<acc_t>(twice_low) / 2;
-  const acc_t span = static_cast<acc_t>(twice_high - twice_low) / 2;
+  const acc_t span = static_cast<acc_t>(m) / 2;
   in = in - min;
   acc_t sign = acc_t(1);
   if (in < acc_t(0)) {
     sign = acc_t(-1);
     in = -in;
   }
-  const acc_t extra = std::fmod(in, span);
-  const acc_t flips = std::floor(in / span);
-  if (std::fmod(flips, acc_t(2)) == acc_t(0)) {
+  constexpr int64_t kExactIntegers = int64_t{1} << (sizeof(acc_t) == 4 ? 24 : 53);
+  acc_t extra;
+  bool even;
+  // NB: false for NaN and infinities, which take std::fmod's NaN.
+  if (in < static_cast<acc_t>(kReflectIntegerLimit) && m <= kExactIntegers) {
+    extra = half_modulus_remainder(in, m);
+    // floor(in / span) as a truncation (in / span >= 0), at most 2^31: in < 2^30, span >= 1/2.
+    even = (static_cast<int64_t>(in / span) & 1) == 0;
+  } else {
+    extra = std::fmod(in, span);
+    even = std::fmod(std::floor(in / span), acc_t(2)) == acc_t(0);
+  }
+  if (even) {
     *grad = sign;
     return extra + min;
   }

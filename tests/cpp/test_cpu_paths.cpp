@@ -2,7 +2,7 @@
 // (ops/upsample_op.h, ops/upsample_aa_op.h) by rows, with channels or planes as lanes, and as the CUDA
 // kernel's one element per index with 32-bit and 64-bit index math; median by selection and by the stable
 // sort (ops/median_op.h); the grid sampler's grad_grid with each form of the tree and its grad_input with and
-// without the sort (ops/grid_sampler_op.h);
+// without the sort, and its reflection in integers against std::fmod (ops/grid_sampler_op.h);
 // the CTC loss gradient with rows as lanes and element by element (ops/ctc_loss_op.h).
 #include "ops/ctc_loss_op.h"
 #include "ops/grid_sampler_op.h"
@@ -14,6 +14,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
 #include <vector>
 
 namespace {
@@ -240,6 +244,82 @@ TEST(CpuPaths, CtcGradientByLanesEqualsElementByElement) {
       EXPECT_TRUE(same_bits(a, b)) << dtype << " zero_infinity " << zero_infinity;
     }
   }
+}
+
+// Stock's reflection (reflect_coordinates_set_grad) with its two std::fmod, as reflect_set_grad was written
+// before it took the remainder and the parity in integers.
+template <typename acc_t>
+acc_t reflect_by_fmod(acc_t in, int64_t twice_low, int64_t twice_high, acc_t* grad) {
+  if (twice_low == twice_high) {
+    *grad = acc_t(0);
+    return acc_t(0);
+  }
+  const acc_t min = static_cast<acc_t>(twice_low) / 2;
+  const acc_t span = static_cast<acc_t>(twice_high - twice_low) / 2;
+  in = in - min;
+  acc_t sign = acc_t(1);
+  if (in < acc_t(0)) {
+    sign = acc_t(-1);
+    in = -in;
+  }
+  const acc_t extra = std::fmod(in, span);
+  const acc_t flips = std::floor(in / span);
+  if (std::fmod(flips, acc_t(2)) == acc_t(0)) {
+    *grad = sign;
+    return extra + min;
+  }
+  *grad = -sign;
+  return span - extra + min;
+}
+
+template <typename acc_t>
+bool bits_equal(acc_t a, acc_t b) {
+  return std::memcmp(&a, &b, sizeof(acc_t)) == 0;
+}
+
+template <typename acc_t>
+void check_reflection(int64_t m, std::mt19937_64& rng, int64_t& checked) {
+  constexpr acc_t kInf = std::numeric_limits<acc_t>::infinity();
+  const auto span = static_cast<acc_t>(m) / 2;
+  const auto limit = static_cast<acc_t>(detops::grid::kReflectIntegerLimit);
+  std::vector<acc_t> values = {acc_t(0), -acc_t(0), span, -span, 2 * span, 3 * span, acc_t(0.5), acc_t(-0.5),
+                               std::numeric_limits<acc_t>::denorm_min(), std::numeric_limits<acc_t>::min(),
+                               limit, -limit, std::nextafter(limit, acc_t(0)), std::nextafter(-limit, acc_t(0)),
+                               acc_t(1e20), kInf, -kInf, std::numeric_limits<acc_t>::quiet_NaN()};
+  // Near the multiples of the span, where the quotient's rounding and the remainder disagree.
+  for (int64_t k = 1; k <= 9; ++k) {
+    const acc_t x = static_cast<acc_t>(k) * span;
+    for (acc_t v : {x, std::nextafter(x, acc_t(0)), std::nextafter(x, kInf)}) {
+      values.push_back(v);
+      values.push_back(-v);
+      values.push_back(v - acc_t(0.5));
+    }
+  }
+  std::uniform_real_distribution<double> near(-4.0 * static_cast<double>(m), 4.0 * static_cast<double>(m));
+  std::uniform_real_distribution<double> far(-static_cast<double>(limit), static_cast<double>(limit));
+  for (int i = 0; i < 4000; ++i) values.push_back(static_cast<acc_t>(i % 4 == 0 ? far(rng) : near(rng)));
+  for (int64_t twice_low : {int64_t{-1}, int64_t{0}}) {
+    for (acc_t v : values) {
+      acc_t got_grad, want_grad;
+      const acc_t got = detops::grid::reflect_set_grad(v, twice_low, twice_low + m, &got_grad);
+      const acc_t want = reflect_by_fmod(v, twice_low, twice_low + m, &want_grad);
+      ASSERT_TRUE(bits_equal(got, want) && bits_equal(got_grad, want_grad))
+          << sizeof(acc_t) << "-byte value " << v << ", span " << m << " / 2 from " << twice_low << ": " << got
+          << " (grad " << got_grad << ") against " << want << " (grad " << want_grad << ")";
+      ++checked;
+    }
+  }
+}
+
+TEST(CpuPaths, ReflectionInIntegersGivesStocksBits) {
+  std::mt19937_64 rng(11);
+  int64_t checked = 0;
+  for (int64_t m : std::vector<int64_t>{1, 2, 3, 7, 14, 15, 16, 17, 127, 1000, 65535, (int64_t{1} << 24) - 1,
+                                        int64_t{1} << 24, (int64_t{1} << 24) + 2, int64_t{1} << 40}) {
+    check_reflection<float>(m, rng, checked);
+    check_reflection<double>(m, rng, checked);
+  }
+  EXPECT_GT(checked, 200000);
 }
 
 TEST(CpuPaths, DividerMatchesDivision) {
