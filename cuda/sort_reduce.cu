@@ -12,7 +12,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
+#include <cub/device/dispatch/dispatch_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <cuda/std/iterator>
 
@@ -99,6 +99,29 @@ struct MaskBit {
   }
 };
 
+// The segment scan's policy: tiles of plan::kSegScanThreads x plan::kSegScanItems items, loaded and stored
+// through shared memory (coalesced), scanned with warp scans. Only the tile size differs from CUB's default
+// for a 16-byte item; the items, and so the bits, do not depend on it (engine::SegScan is associative).
+struct SegScanScaling {
+  static constexpr int BLOCK_THREADS = static_cast<int>(plan::kSegScanThreads);
+  static constexpr int ITEMS_PER_THREAD = static_cast<int>(plan::kSegScanItems);
+};
+
+struct SegScanPolicyHub {
+  struct Policy500 : cub::ChainedPolicy<500, Policy500, Policy500> {
+    using ScanPolicyT =
+        cub::AgentScanPolicy<SegScanScaling::BLOCK_THREADS, SegScanScaling::ITEMS_PER_THREAD, engine::SegItem,
+                             cub::BLOCK_LOAD_WARP_TRANSPOSE, cub::LOAD_DEFAULT, cub::BLOCK_STORE_WARP_TRANSPOSE,
+                             cub::BLOCK_SCAN_WARP_SCANS, SegScanScaling>;
+  };
+  using MaxPolicy = Policy500;
+};
+
+// DeviceScan::InclusiveScan's dispatch with SegScanPolicyHub in place of CUB's default policies.
+template <typename KeyT>
+using SegScanDispatch = cub::DispatchScan<SegItemIterator<KeyT>, engine::SegItem*, engine::SegScan, cub::NullType,
+                                          uint32_t, engine::SegItem, cub::ForceInclusive::No, SegScanPolicyHub>;
+
 // CUB temp sizes depend on the device and the problem, not on the data: queried once per shape.
 std::mutex temp_mutex;
 std::map<std::tuple<int, int64_t, int64_t, int>, int64_t> temp_cache;
@@ -110,8 +133,9 @@ int64_t query_temp_bytes(int32_t n, int bits) {
   cub::DoubleBuffer<int32_t> values(nullptr, nullptr);
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, values, n, 0, bits));
   size_t scan_bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceScan::InclusiveScan(nullptr, scan_bytes, SegItemIterator<KeyT>{nullptr, n, 0, 0},
-                                                static_cast<engine::SegItem*>(nullptr), engine::SegScan{}, n));
+  C10_CUDA_CHECK(SegScanDispatch<KeyT>::Dispatch(nullptr, scan_bytes, SegItemIterator<KeyT>{nullptr, n, 0, 0},
+                                                 nullptr, engine::SegScan{}, cub::NullType{},
+                                                 static_cast<uint32_t>(n), nullptr));
   return static_cast<int64_t>(std::max(sort_bytes, scan_bytes));
 }
 
@@ -131,8 +155,9 @@ SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64
   // Segment starts and slots: one inclusive scan of the positions' items (engine::SegScan).
   auto* seg = reinterpret_cast<engine::SegItem*>(ws + layout.seg);
   bytes = static_cast<size_t>(layout.temp_bytes);
-  C10_CUDA_CHECK(cub::DeviceScan::InclusiveScan(ws + layout.temp, bytes, SegItemIterator<KeyT>{sorted, n, num_keys, 0},
-                                                seg, engine::SegScan{}, n, stream));
+  const SegItemIterator<KeyT> items{sorted, n, num_keys, 0};
+  C10_CUDA_CHECK(SegScanDispatch<KeyT>::Dispatch(ws + layout.temp, bytes, items, seg, engine::SegScan{},
+                                                 cub::NullType{}, static_cast<uint32_t>(n), stream));
   return {sorted, values.Current(), seg};
 }
 

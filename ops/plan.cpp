@@ -59,9 +59,8 @@ int64_t predicted_cub_temp_bytes(int64_t n, int64_t key_bytes, int bits) {
     const int64_t blocks = ceil_div(std::min(n, kOnesweepPortion), onesweep_tile(key_bytes));
     sort = portions * passes * kOnesweepDigits * 4 + blocks * kOnesweepDigits * 4 + portions * passes * 4 + 3 * kAlign;
   }
-  // The segment scan: a status word and two 16-byte values per tile of 128 x 15 items, and the look-back
-  // window.
-  const int64_t scan = (ceil_div(n, 128 * 15) + 32) * (8 + 2 * 16) + kAlign;
+  // The segment scan: a status word and two 16-byte values per tile, and the look-back window.
+  const int64_t scan = (ceil_div(n, kSegScanThreads * kSegScanItems) + 32) * (8 + 2 * 16) + kAlign;
   return std::max(sort, scan);
 }
 

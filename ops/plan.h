@@ -62,6 +62,12 @@ constexpr int64_t kCubSingleTileItems = 256 * 19;
 CubOps cub_radix_sort_ops(int64_t n, int bits);
 // DeviceScan::InclusiveScan / ExclusiveSum: the tile-state init kernel and the scan kernel.
 CubOps cub_scan_ops(int64_t n);
+// The segment scan's tile (cuda/sort_reduce.cu gives DeviceScan this policy): 128 threads of 16 items. CUB's
+// default policy scales a 16-byte item down to 3 per thread (384-item tiles), and the scan's time followed its
+// tile count, each tile's look-back through CUB's tile state for non-primitive items
+// (bench/results/NVIDIA-H200-2026-11-26-2-profile.txt: 15.6 ns per tile, 4M items in 171 us).
+constexpr int64_t kSegScanThreads = 128;
+constexpr int64_t kSegScanItems = 16;
 
 // The single-block path: a call of at most kSingleBlockMaxN contributions and kSingleBlockMaxWork (position,
 // column) pairs runs whole in one block of one launch (sort, scan, level 0 and the levels, cuda/sort_reduce.cuh).
