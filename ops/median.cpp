@@ -84,6 +84,7 @@ plan::EngineCall median_sort_kernels(int64_t R, int64_t n, int64_t key_bytes) {
 }
 
 std::vector<plan::EngineCall> median_calls(int64_t R, int64_t n, int64_t key_bytes) {
+  if (n <= kMedianShortRow) return {plan::for_each_call(R)};
   return {plan::for_each_call(R * n), median_sort_kernels(R, n, key_bytes), plan::for_each_call(R)};
 }
 

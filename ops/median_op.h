@@ -160,6 +160,44 @@ struct MedianPickOp {
   }
 };
 
+// Rows of at most this many elements are picked by one thread each, without a sort (MedianShortRowOp): one
+// launch, no workspace and no host synchronisation (CUB's segmented sort copies its group sizes to the host
+// for more than 500 rows, which also rules out CUDA graph capture).
+constexpr int64_t kMedianShortRow = 32;
+
+// Row r of n <= kMedianShortRow elements: the element whose stable rank (the elements with a smaller key, and
+// those with the same key earlier in the row) is the median's sorted position, which is the element the
+// stable sort puts there. NB: ranks are counted, so the schedule cannot show; O(n^2) comparisons over the
+// row's keys, held by the thread.
+template <typename scalar_t>
+struct MedianShortRowOp {
+  const scalar_t* in;
+  scalar_t* values;
+  int64_t* indices;
+  int64_t n;
+  bool ignore_nan;
+
+  C10_HOST_DEVICE void operator()(int64_t r) const {
+    using key_t = median_key_t<scalar_t>;
+    const scalar_t* x = in + r * n;
+    key_t k[kMedianShortRow];
+    int64_t num_nan = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      k[j] = median_key(x[j]);
+      if constexpr (median_floating_v<scalar_t>) num_nan += k[j] == median_nan_key<scalar_t>() ? 1 : 0;
+    }
+    const int64_t m = median_position(n, num_nan, ignore_nan);
+    int64_t pick = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t rank = 0;
+      for (int64_t i = 0; i < n; ++i) rank += (k[i] < k[j] || (k[i] == k[j] && i < j)) ? 1 : 0;
+      if (rank == m) pick = j;
+    }
+    values[r] = x[pick];
+    indices[r] = pick;
+  }
+};
+
 }  // namespace detops
 
 #include "ops/common.h"
@@ -179,8 +217,8 @@ namespace detops {
 // keys, pos, sorted_keys, sorted_pos, R, n)` (std::stable_sort on the CPU, CUB's stable segmented sort on
 // CUDA), the median picked per row on the engine.
 template <typename Engine, typename SortRows>
-void median_compute(const at::Tensor& rows, at::Tensor& values, at::Tensor& indices, bool ignore_nan,
-                    SortRows&& sort_rows) {
+void median_sort_compute(const at::Tensor& rows, at::Tensor& values, at::Tensor& indices, bool ignore_nan,
+                         SortRows&& sort_rows) {
   const int64_t R = rows.size(0);
   const int64_t n = rows.size(1);
   AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, rows.scalar_type(), "detops_median", [&] {
@@ -204,6 +242,25 @@ void median_compute(const at::Tensor& rows, at::Tensor& values, at::Tensor& indi
                                             indices.data_ptr<int64_t>(), n, ignore_nan},
                      R);
   });
+}
+
+// Rows of n <= kMedianShortRow elements, one thread per row (MedianShortRowOp) on an engine.
+template <typename Engine>
+void median_short_rows_compute(const at::Tensor& rows, at::Tensor& values, at::Tensor& indices, bool ignore_nan) {
+  const int64_t n = rows.size(1);
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, rows.scalar_type(), "detops_median_short_rows", [&] {
+    Engine::for_each(MedianShortRowOp<scalar_t>{rows.const_data_ptr<scalar_t>(), values.data_ptr<scalar_t>(),
+                                                indices.data_ptr<int64_t>(), n, ignore_nan},
+                     rows.size(0));
+  });
+}
+
+// The median of each row: short rows by one thread each, longer ones through the stable sort (same results).
+template <typename Engine, typename SortRows>
+void median_compute(const at::Tensor& rows, at::Tensor& values, at::Tensor& indices, bool ignore_nan,
+                    SortRows&& sort_rows) {
+  if (rows.size(1) <= kMedianShortRow) return median_short_rows_compute<Engine>(rows, values, indices, ignore_nan);
+  median_sort_compute<Engine>(rows, values, indices, ignore_nan, std::forward<SortRows>(sort_rows));
 }
 
 // Each row sorted on its own by std::stable_sort (median_compute's sort_rows on the CPU): the bits do not

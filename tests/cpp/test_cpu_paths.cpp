@@ -1,8 +1,9 @@
 // The CPU's fast paths against the general ones, on the same inputs, bit for bit: the resampling gathers
 // (ops/upsample_op.h, ops/upsample_aa_op.h) by rows, with channels or planes as lanes, and as the CUDA
-// kernel's one element per index with 32-bit and 64-bit index math; median by selection and by the stable
-// sort (ops/median_op.h); the grid sampler's grad_grid with each form of the tree and its grad_input with and
-// without the sort, and its reflection in integers against std::fmod (ops/grid_sampler_op.h);
+// kernel's one element per index with 32-bit and 64-bit index math; median by selection, by the stable sort
+// and, for short rows, by counting ranks (ops/median_op.h); the grid sampler's grad_grid with each form of
+// the tree and its grad_input with and without the sort, and its reflection in integers against std::fmod
+// (ops/grid_sampler_op.h);
 // the CTC loss gradient with rows as lanes and element by element (ops/ctc_loss_op.h).
 #include "ops/ctc_loss_op.h"
 #include "ops/grid_sampler_op.h"
@@ -135,14 +136,19 @@ void expect_median_paths_agree(const at::Tensor& rows, bool ignore_nan) {
   at::Tensor v1 = at::empty({R}, rows.options()), i1 = at::empty({R}, rows.options().dtype(at::kLong));
   at::Tensor v2 = at::empty({R}, rows.options()), i2 = at::empty({R}, rows.options().dtype(at::kLong));
   detops::median_select_cpu(rows, v1, i1, ignore_nan);
-  detops::median_compute<detops::cpu::Engine>(rows, v2, i2, ignore_nan, detops::MedianStableSortRows());
+  detops::median_sort_compute<detops::cpu::Engine>(rows, v2, i2, ignore_nan, detops::MedianStableSortRows());
   EXPECT_TRUE(same_bits(v1, v2)) << rows.scalar_type() << " n " << rows.size(1) << " nan " << ignore_nan;
   EXPECT_TRUE(same_bits(i1, i2)) << rows.scalar_type() << " n " << rows.size(1) << " nan " << ignore_nan;
+  if (rows.size(1) > detops::kMedianShortRow) return;
+  at::Tensor v3 = at::empty({R}, rows.options()), i3 = at::empty({R}, rows.options().dtype(at::kLong));
+  detops::median_short_rows_compute<detops::cpu::Engine>(rows, v3, i3, ignore_nan);
+  EXPECT_TRUE(same_bits(v3, v2)) << "short " << rows.scalar_type() << " n " << rows.size(1) << " nan " << ignore_nan;
+  EXPECT_TRUE(same_bits(i3, i2)) << "short " << rows.scalar_type() << " n " << rows.size(1) << " nan " << ignore_nan;
 }
 
 TEST(CpuPaths, MedianBySelectionEqualsMedianBySort) {
   at::manual_seed(2);
-  for (int64_t n : {1, 2, 3, 9, 10, 100, 1025}) {
+  for (int64_t n : {1, 2, 3, 9, 10, 31, 32, 33, 100, 1025}) {
     for (auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
       // Few distinct values (ties everywhere), signed zeros, NaN in some rows and all of one row.
       at::Tensor rows = at::randint(-3, 4, {6, n}).to(dtype);

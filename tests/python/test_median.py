@@ -161,7 +161,7 @@ def test_cuda_equals_cpu_twin_and_runs_under_the_flag(name, dtype):
     rng = random.Random(7)
     g = torch.Generator().manual_seed(11)
     for shape, dim in (((4, 7), 1), ((3, 1, 6), -1), ((2, 5, 4), 0), ((6, 33), 1), ((), 0), ((64, 5000), 1),
-                       ((5000, 3), 1), ((3, 70000), 1)):
+                       ((5000, 3), 1), ((700, 32), 1), ((700, 33), 1), ((3, 70000), 1)):
         x = make(shape, dtype, g, rng)
         want = twin(name, x, dim)
         got = twin(name, x.cuda(), dim)

@@ -290,12 +290,16 @@ def test_kernel_entries_count_the_work_outside_the_engine():
     assert [c.call["kind"] for c in plan.calls] == ["kernel", "for_each"]
     assert plan.totals["launches"] == 3 and plan.totals["allocations"] == 1
     # median: the key gather, the offsets and CUB's segmented sort (one kernel up to 500 rows; more: a partition,
-    # a copy of the group sizes, one sorting kernel), the pick.
-    for shape, rows, sort_launches, copies in (("long_rows", 4, 1, 0), ("median_filter", 1 << 10, 3, 1)):
-        plan = P.case_plan(_case("median.dim_values", shape), full=False)
-        assert [c.call["kind"] for c in plan.calls] == ["for_each", "kernel", "for_each"]
-        assert plan.calls[2].call["n"] == rows
-        assert plan.totals["launches"] == 2 + 1 + sort_launches and plan.totals["memsets"] == copies
+    # a copy of the group sizes, one sorting kernel), the pick; rows of at most 32 one launch, a thread per row.
+    plan = P.case_plan(_case("median.dim_values", "long_rows"), full=False)
+    assert [c.call["kind"] for c in plan.calls] == ["for_each", "kernel", "for_each"]
+    assert plan.calls[2].call["n"] == 4
+    assert plan.totals["launches"] == 2 + 1 + 1 and plan.totals["memsets"] == 0
+    for full in (False, True):
+        plan = P.case_plan(_case("median.dim_values", "median_filter"), full=full)
+        assert _calls(plan) == [{"kind": "for_each", "n": 1 << (22 if full else 10), "num_keys": 0, "D": 1,
+                                 "acc_bytes": 0, "key_bytes": 0}]
+        assert plan.totals["launches"] == 1 and plan.totals["memsets"] == 0 and plan.totals["allocations"] == 0
 
 
 def test_average_pools_record_their_gather():
