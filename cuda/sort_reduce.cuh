@@ -10,7 +10,9 @@
 #include "cuda/sort_reduce_steps.h"
 #include "ops/common.h"
 #include "ops/contract.h"
+#include "ops/last_writer_op.h"
 #include "ops/plan.h"
+#include "ops/plan_record.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -423,6 +425,31 @@ __global__ void count_kernel(const index_t* values, int64_t n, int64_t bins, uns
   }
 }
 
+// The last writer's winners: one thread per contribution, grid-stride, raises its key's winner to its
+// position (engine::last_writer_key). A warp whose 32 contributions name one key raises it once, from its last
+// lane (the largest position). NB: an integer maximum, exact in any order: each key's winner is its largest
+// contributing position whatever the schedule (ops/last_writer_op.h).
+template <typename Op>
+__global__ void last_writer_winner_kernel(Op op, int32_t n, int64_t num_keys, int* winner) {
+  // The trip count depends on blockIdx only: every lane of a warp reaches the vote together.
+  for (int64_t base = int64_t{blockIdx.x} * blockDim.x; base < n; base += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    int64_t k = kSkipKey;
+    if (i < n) {
+      const int64_t key = op.key(i);
+      k = engine::last_writer_key(key, num_keys);
+      CUDA_KERNEL_ASSERT((key == kSkipKey || k != kSkipKey) &&
+                         "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
+    }
+    const int64_t last = __shfl_sync(0xffffffffu, k, 31);
+    if (__all_sync(0xffffffffu, k == last)) {
+      if (threadIdx.x % 32 == 31 && k != kSkipKey) atomicMax(&winner[k], static_cast<int>(i));
+    } else if (k != kSkipKey) {
+      atomicMax(&winner[k], static_cast<int>(i));
+    }
+  }
+}
+
 // The CUDA engine: what the op computations (ops/*_op.h, `*_compute<Engine>`) call, on the current device
 // and stream; cpu::Engine (ops/sort_reduce_cpu.h) has the same members with the same results.
 struct Engine {
@@ -437,6 +464,24 @@ struct Engine {
                           const at::Tensor& like) {
     plan::record({plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t), plan::key_bytes_for(num_keys)});
     cuda::sort_reduce<acc_t>(name, op, n, num_keys, D, like.options());
+  }
+
+  // An op folded with Last over source positions (the last writer): where plan::last_writer_table, a winner
+  // table (one int32 position per key, filled with -1), the winner kernel and a gather over (key, column)
+  // pairs; otherwise the sort-reduce engine. Both give every key its last contribution in source order.
+  template <typename Op>
+  static void last_writer(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                          const at::Tensor& like) {
+    static_assert(std::is_same_v<combine_of_t<Op>, Last>, "last_writer takes ops folded with Last");
+    if (!plan::last_writer_table(n, num_keys)) return sort_reduce<int64_t>(name, op, n, num_keys, D, like);
+    plan::record(plan::last_writer_kernels(n, num_keys));
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    at::Tensor winner = empty_scratch({num_keys}, like.options().dtype(at::kInt));
+    C10_CUDA_CHECK(cudaMemsetAsync(winner.data_ptr(), 0xff, static_cast<size_t>(num_keys) * sizeof(int), stream));
+    last_writer_winner_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
+                                                                    winner.data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    for_each(engine::LastWriterGatherOp<Op>{op, winner.const_data_ptr<int>(), D}, num_keys * D);
   }
 
   template <typename Op>

@@ -10,8 +10,9 @@
 namespace detops {
 
 // Key = the destination row, contribution = the source row's position, folded with Last: each destination
-// element gets the element of the last source row that names it. NB: the stable sort keeps source order
-// within a row's contributions, so the winner never depends on timing; the element is copied as bits.
+// element gets the element of the last source row that names it. NB: the winner is the largest source
+// position (Engine::last_writer: a pass in source order, a winner table or the stable sort), never timing;
+// the element is copied as bits.
 template <typename bits_t>
 struct IndexCopyOp {
   using acc_t = int64_t;
@@ -74,7 +75,7 @@ void index_copy_compute(at::Tensor& result, int64_t dim, const at::Tensor& index
   dispatch_element_bits("index_copy_", result, [&](auto tag) {
     using bits_t = decltype(tag);
     const auto op = make_index_copy_op<bits_t>(result, dim, index, source);
-    Engine::template sort_reduce<int64_t>("index_copy_", op, op.n, op.dim_size, columns, result);
+    Engine::last_writer("index_copy_", op, op.n, op.dim_size, columns, result);
   });
 }
 

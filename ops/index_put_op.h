@@ -64,8 +64,9 @@ struct IndexPutIntAddOp {
   }
 };
 
-// accumulate=False: the last contribution in source order wins. NB: the engine folds source positions with
-// Last, so the stable sort's order (source order) decides, never timing; the element is copied as bits.
+// accumulate=False: the last contribution in source order wins. NB: the winner is the largest source position
+// (Engine::last_writer: a pass in source order, a winner table or the stable sort), never timing; the element
+// is copied as bits.
 template <typename bits_t>
 struct IndexPutLastOp {
   using acc_t = int64_t;
@@ -118,7 +119,7 @@ void index_put_compute(at::Tensor& result, const at::Tensor& rows, const at::Ten
     dispatch_element_bits("_index_put_impl_", result, [&](auto tag) {
       using bits_t = decltype(tag);
       const auto op = make_index_put_op<IndexPutLastOp<bits_t>, bits_t>(result, rows, values, inner);
-      Engine::template sort_reduce<int64_t>("_index_put_impl_", op, n, num_rows, inner, result);
+      Engine::last_writer("_index_put_impl_", op, n, num_rows, inner, result);
     });
   } else if (engine_dtype(result.scalar_type())) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, result.scalar_type(), "detops_index_put_add", [&] {

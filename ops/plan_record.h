@@ -6,6 +6,7 @@
 #include "ops/plan.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace detops::plan {
 
@@ -30,6 +31,24 @@ inline EngineCall for_each_call(int64_t n) {
 inline EngineCall kernel_call(int64_t launches, int64_t copies, int64_t allocations, int64_t allocated_bytes,
                               int64_t bytes_moved) {
   return {kKernel, launches, copies, allocations, allocated_bytes, bytes_moved};
+}
+
+// The last writer (Engine::last_writer: combine Last over source positions) keeps a winner table, one int32
+// position per key, where the keys are few against the contributions; otherwise, and for calls of 2^31 or
+// more contributions, it is a sort-reduce call. NB: decided by sizes alone, the same on both engines.
+constexpr int64_t kLastWriterKeysPerContribution = 4;
+inline bool last_writer_table(int64_t n, int64_t num_keys) {
+  return n > 0 && n <= INT32_MAX && num_keys <= kLastWriterKeysPerContribution * n;
+}
+// The table's fill (a memset), the winner kernel and the table (docs/engine.md); the gather is a for_each.
+inline EngineCall last_writer_kernels(int64_t n, int64_t num_keys) {
+  // Traffic: the table filled; each contribution's key read and its winner raised.
+  return kernel_call(/*launches=*/1, /*copies=*/1, /*allocations=*/1, num_keys * 4, num_keys * 4 + n * (8 + 2 * 4));
+}
+// What Engine::last_writer(name, op, n, num_keys, D, like) records.
+inline std::vector<EngineCall> last_writer_calls(int64_t n, int64_t num_keys, int64_t D) {
+  if (!last_writer_table(n, num_keys)) return {sort_reduce_call(n, num_keys, D, sizeof(int64_t))};
+  return {last_writer_kernels(n, num_keys), for_each_call(num_keys * D)};
 }
 
 // Whether this thread records in plan-only mode: a CPU path that stands for a CUDA engine call records it and

@@ -56,8 +56,9 @@ struct PutIntAddOp {
   }
 };
 
-// accumulate=False: the last contribution in source order wins. NB: the engine folds source positions with
-// Last, so the stable sort's order (source order) decides, never timing; the element is copied as bits.
+// accumulate=False: the last contribution in source order wins. NB: the winner is the largest source position
+// (Engine::last_writer: a pass in source order, a winner table or the stable sort), never timing; the element
+// is copied as bits.
 template <typename bits_t>
 struct PutLastOp {
   using acc_t = int64_t;
@@ -115,7 +116,7 @@ void put_compute(at::Tensor& result, const at::Tensor& index, const at::Tensor& 
     dispatch_element_bits("put_", result, [&](auto tag) {
       using bits_t = decltype(tag);
       const auto op = make_put_op<PutLastOp<bits_t>, bits_t>(result, index, source);
-      Engine::template sort_reduce<int64_t>("put_", op, n, op.numel, 1, result);
+      Engine::last_writer("put_", op, n, op.numel, 1, result);
     });
   } else if (engine_dtype(result.scalar_type())) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, result.scalar_type(), "detops_put_add", [&] {

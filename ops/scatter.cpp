@@ -39,8 +39,8 @@ at::Tensor value_as_src(const at::Tensor& self, const at::Tensor& index, const a
   return at::scalar_tensor(value, self.options()).expand(index.sizes());
 }
 
-// scatter_compute (ops/scatter_op.h) on the CPU: the same op over the same contributions, the last writer's
-// pass in place of the engine (ops/scatter_cpu.h).
+// scatter_compute (ops/scatter_op.h) on the CPU: the same op over the same contributions (the CPU-only
+// layouts of ops/scatter_cpu.h), through the last writer's pass (ops/sort_reduce_cpu.h).
 void scatter_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   if (index.numel() == 0 || result.numel() == 0) return;
   cpu::with_scatter_layout_cpu<int64_t>("scatter_", result, dim, index, src,

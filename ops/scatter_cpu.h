@@ -88,34 +88,4 @@ void with_scatter_layout_cpu(const char* op, const at::Tensor& result, int64_t d
   });
 }
 
-// The last writer (combine Last) without the engine: every contribution in source order overwrites its
-// destinations, so each keeps its last one, the engine's result (the value is copied, not computed).
-// NB: threads split the columns, each over every contribution in source order: the same bits at any thread
-// count (docs/order_contract.md, "Last writer wins").
-template <typename Op>
-void last_writer_pass(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
-  // Recorded as the engine call it stands for (ops/plan.h: the CUDA engine makes that call).
-  if (plan::record(plan::sort_reduce_call(n, num_keys, D, sizeof(typename Op::acc_t)))) return;
-  const auto pass = [&](int64_t lo, int64_t hi) {
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t k = op.key(i);
-      if (k < 0) continue;
-      for (int64_t c = lo; c < hi; ++c) op.finalize(k, c, op.contribution(i, c));
-    }
-  };
-  if (D == 1) {
-    // The same pass without the loop over columns (1-D scatters: the loop's bookkeeping was most of it), on a
-    // local copy of the op, which the pass's stores cannot reach.
-    const Op local = op;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t k = local.key(i);
-      if (k >= 0) local.finalize(k, 0, local.contribution(i, 0));
-    }
-  } else if (n * D < detail::kParallelGrain || at::in_parallel_region()) {
-    pass(0, D);
-  } else {
-    at::parallel_for(0, D, std::max<int64_t>(1, detail::kParallelGrain / n), pass);
-  }
-}
-
 }  // namespace detops::cpu

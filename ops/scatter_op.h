@@ -14,8 +14,8 @@
 namespace detops {
 
 // Key = the destination (element or row), contribution = the source position, folded with Last. NB: the
-// stable sort keeps each destination's contributions in source order, so the winner never depends on timing;
-// the element is copied as bits.
+// winner is the largest source position (Engine::last_writer: a pass in source order, a winner table or the
+// stable sort), never timing; the element is copied as bits.
 template <typename bits_t, typename Layout>
 struct ScatterLastOp {
   using acc_t = int64_t;
@@ -65,7 +65,7 @@ void scatter_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, c
   with_scatter_layout<int64_t>("scatter_", result, dim, index, src,
                                [&](const auto& layout, int64_t n, int64_t num_keys, int64_t D) {
     with_scatter_last_op(result, src, layout, [&](const auto& op) {
-      Engine::template sort_reduce<int64_t>("scatter_", op, n, num_keys, D, result);
+      Engine::last_writer("scatter_", op, n, num_keys, D, result);
     });
   });
 }

@@ -10,6 +10,7 @@
 
 #include "ops/contract.h"
 #include "ops/plan.h"
+#include "ops/plan_record.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -671,6 +672,38 @@ void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   detail::dense_sort_reduce<acc_t>(compact_op, n, static_cast<int64_t>(table.size()), D);
 }
 
+// The last writer (combine Last) without the engine: every contribution in source order overwrites its
+// destinations, so each keeps its last one, the engine's result (the value is copied, not computed).
+// NB: threads split the columns, each over every contribution in source order: the same bits at any thread
+// count (docs/order_contract.md, "Last writer wins").
+template <typename Op>
+void last_writer_pass(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
+  // Recorded as the calls it stands for (the CUDA engine's last_writer makes them).
+  bool plan_only = false;
+  for (const plan::EngineCall& call : plan::last_writer_calls(n, num_keys, D)) plan_only = plan::record(call);
+  if (plan_only) return;
+  const auto pass = [&](int64_t lo, int64_t hi) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = op.key(i);
+      if (k < 0) continue;
+      for (int64_t c = lo; c < hi; ++c) op.finalize(k, c, op.contribution(i, c));
+    }
+  };
+  if (D == 1) {
+    // The same pass without the loop over columns (1-D scatters: the loop's bookkeeping was most of it), on a
+    // local copy of the op, which the pass's stores cannot reach.
+    const Op local = op;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = local.key(i);
+      if (k >= 0) local.finalize(k, 0, local.contribution(i, 0));
+    }
+  } else if (n * D < detail::kParallelGrain || at::in_parallel_region()) {
+    pass(0, D);
+  } else {
+    at::parallel_for(0, D, std::max<int64_t>(1, detail::kParallelGrain / n), pass);
+  }
+}
+
 // The CPU engine: what the op computations (ops/*_op.h, `*_compute<Engine>`) call; cuda::Engine
 // (cuda/sort_reduce.cuh) has the same members.
 struct Engine {
@@ -680,6 +713,15 @@ struct Engine {
                           const at::Tensor& /*like*/) {
     if (plan::record({plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t), plan::key_bytes_for(num_keys)})) return;
     cpu::sort_reduce<acc_t>(op, n, num_keys, D);
+  }
+
+  // The sort-reduce engine's result for an op folded with Last over source positions (the last writer), by
+  // one pass in source order (last_writer_pass); it records the CUDA engine's calls for the same sizes.
+  template <typename Op>
+  static void last_writer(const char* /*name*/, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                          const at::Tensor& /*like*/) {
+    static_assert(std::is_same_v<combine_of_t<Op>, Last>, "last_writer takes ops folded with Last");
+    last_writer_pass(op, n, num_keys, D);
   }
 
   // op(i) for every i in [0, n). NB: each i is computed whole by one call, so the bits do not depend on

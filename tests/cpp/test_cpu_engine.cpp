@@ -2,6 +2,7 @@
 // replaced (reference_sort_reduce), bit for bit, for every combine in use, hot keys around each tree level's
 // boundary, several column counts, skipped contributions, dense and sparse key spaces, and 1 or 2 threads.
 #include "ops/contract.h"
+#include "ops/last_writer_op.h"
 #include "ops/sort_reduce_cpu.h"
 
 #include <ATen/Parallel.h>
@@ -181,6 +182,40 @@ TEST(CpuEngine, ACombineWithoutAnIdentityMatchesTheSortedPlan) {
 TEST(CpuEngine, WrappingIntegersMatchTheSortedPlan) {
   compare_combine<int64_t, detops::WrapAdd>(0, "WrapAdd");
   compare_combine<int64_t, detops::WrapMul>(0, "WrapMul");
+}
+
+// The CUDA engine's last writer by a winner table (ops/last_writer_op.h): winners raised in a shuffled order of
+// the contributions, then the gather over (key, column) pairs in a shuffled order, against the sorted plan,
+// bit for bit, with one finalize per written slot.
+TEST(CpuEngine, LastWriterWinnerTableMatchesTheSortedPlan) {
+  std::mt19937 rng(13);
+  for (const int64_t D : {int64_t{1}, int64_t{3}}) {
+    for (const int64_t spread : {int64_t{50}, int64_t{40000}}) {
+      const Keys k = make_keys(rng, spread, true);
+      const int64_t n = static_cast<int64_t>(k.keys.size());
+      std::vector<int64_t> want(k.num_keys * D, 77), got(k.num_keys * D, 77);
+      std::vector<int64_t> want_calls(k.num_keys * D, 0), got_calls(k.num_keys * D, 0);
+      detops::cpu::reference_sort_reduce<int64_t>(
+          PositionOp<int64_t>{k.keys.data(), want.data(), want_calls.data(), D, 1}, n, k.num_keys, D);
+      const PositionOp<int64_t> op{k.keys.data(), got.data(), got_calls.data(), D, 1};
+      std::vector<int32_t> winner(k.num_keys, -1);
+      std::vector<int64_t> order(n);
+      std::iota(order.begin(), order.end(), int64_t{0});
+      std::shuffle(order.begin(), order.end(), rng);
+      for (const int64_t i : order) {
+        const int64_t key = detops::engine::last_writer_key(op.key(i), k.num_keys);
+        if (key != detops::kSkipKey) winner[key] = std::max(winner[key], static_cast<int32_t>(i));
+      }
+      std::vector<int64_t> pairs(k.num_keys * D);
+      std::iota(pairs.begin(), pairs.end(), int64_t{0});
+      std::shuffle(pairs.begin(), pairs.end(), rng);
+      const detops::engine::LastWriterGatherOp<PositionOp<int64_t>> gather{op, winner.data(), D};
+      for (const int64_t w : pairs) gather(w);
+      const std::string what = "D " + std::to_string(D) + ", spread " + std::to_string(spread);
+      EXPECT_TRUE(same_bits(want, got)) << what;
+      EXPECT_EQ(want_calls, got_calls) << what;
+    }
+  }
 }
 
 TEST(CpuEngine, LastWriterMatchesTheSortedPlan) {

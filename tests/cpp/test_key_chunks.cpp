@@ -94,6 +94,12 @@ struct ChunkedEngine {
     };
     detops::for_each_key_chunk(name, 0, num_keys, g_limit, g_buckets, histogram, run);
   }
+  // The last writer as the CUDA engine runs it past plan::last_writer_table: through the sort, in chunks.
+  template <typename Op>
+  static void last_writer(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                          const at::Tensor& like) {
+    sort_reduce<int64_t>(name, op, n, num_keys, D, like);
+  }
 };
 
 void expect_bits_equal(const at::Tensor& a, const at::Tensor& b, const std::string& what) {

@@ -29,6 +29,12 @@ struct RecordingEngine {
     calls().push_back({n, num_keys, D});
     detops::cpu::Engine::sort_reduce<acc_t>(name, op, n, num_keys, D, like);
   }
+  template <typename Op>
+  static void last_writer(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                          const at::Tensor& like) {
+    calls().push_back({n, num_keys, D});
+    detops::cpu::Engine::last_writer(name, op, n, num_keys, D, like);
+  }
 };
 
 // Runs every compute function of the family on (self, dim, index, src) and returns the calls' (n, D),
