@@ -672,16 +672,39 @@ void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   detail::dense_sort_reduce<acc_t>(compact_op, n, static_cast<int64_t>(table.size()), D);
 }
 
-// The last writer (combine Last) without the engine: every contribution in source order overwrites its
-// destinations, so each keeps its last one, the engine's result (the value is copied, not computed).
-// NB: threads split the columns, each over every contribution in source order: the same bits at any thread
-// count (docs/order_contract.md, "Last writer wins").
+// The last writer (combine Last) without the engine: each destination keeps its last contribution in source
+// order, the engine's result (the value is copied, not computed). One column: every contribution in source
+// order overwrites its destination. Rows, where plan::last_writer_table: each key's winner (the last position
+// naming it, one pass in source order), then each key with a winner copies its row, keys split between
+// threads. Other rows: every contribution in source order overwrites its destinations, threads splitting the
+// columns. NB: each destination's value is its last contribution's whatever the thread count
+// (docs/order_contract.md, "Last writer wins").
 template <typename Op>
 void last_writer_pass(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   // Recorded as the calls it stands for (the CUDA engine's last_writer makes them).
   bool plan_only = false;
   for (const plan::EngineCall& call : plan::last_writer_calls(n, num_keys, D)) plan_only = plan::record(call);
   if (plan_only) return;
+  if (D > 1 && plan::last_writer_table(n, num_keys)) {
+    std::vector<int32_t> winner(static_cast<size_t>(num_keys), -1);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = op.key(i);
+      if (k >= 0) winner[k] = static_cast<int32_t>(i);
+    }
+    const auto copy = [&](int64_t lo, int64_t hi) {
+      const Op local = op;
+      for (int64_t k = lo; k < hi; ++k) {
+        if (winner[k] < 0) continue;
+        for (int64_t c = 0; c < D; ++c) local.finalize(k, c, local.contribution(winner[k], c));
+      }
+    };
+    if (num_keys * D < detail::kParallelGrain || at::in_parallel_region()) {
+      copy(0, num_keys);
+    } else {
+      at::parallel_for(0, num_keys, std::max<int64_t>(1, detail::kParallelGrain / D), copy);
+    }
+    return;
+  }
   const auto pass = [&](int64_t lo, int64_t hi) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = op.key(i);

@@ -218,6 +218,37 @@ TEST(CpuEngine, LastWriterWinnerTableMatchesTheSortedPlan) {
   }
 }
 
+// The CPU's last writer (cpu::last_writer_pass): one column, rows by the winner table, rows past it by the
+// pass over columns; at 1 and 2 threads.
+TEST(CpuEngine, LastWriterPassMatchesTheSortedPlan) {
+  std::mt19937 rng(14);
+  const int threads = at::get_num_threads();
+  for (const int64_t D : {int64_t{1}, int64_t{3}, int64_t{64}}) {
+    for (const int64_t spread : {int64_t{50}, int64_t{40000}}) {
+      const Keys k = make_keys(rng, spread, true);
+      const int64_t n = static_cast<int64_t>(k.keys.size());
+      for (const int64_t scale : {int64_t{1}, int64_t{1} << 20}) {
+        const int64_t num_keys = k.num_keys * scale;
+        ASSERT_EQ(detops::plan::last_writer_table(n, num_keys), scale == 1);
+        std::vector<int64_t> want(k.num_keys * D, 77), want_calls(k.num_keys * D, 0);
+        at::set_num_threads(1);
+        detops::cpu::reference_sort_reduce<int64_t>(
+            PositionOp<int64_t>{k.keys.data(), want.data(), want_calls.data(), D, scale}, n, num_keys, D);
+        for (int t : {1, 2}) {
+          at::set_num_threads(t);
+          std::vector<int64_t> got(k.num_keys * D, 77), got_calls(k.num_keys * D, 0);
+          detops::cpu::last_writer_pass(PositionOp<int64_t>{k.keys.data(), got.data(), got_calls.data(), D, scale},
+                                        n, num_keys, D);
+          const std::string what = "D " + std::to_string(D) + ", spread " + std::to_string(spread) + ", scale " +
+                                   std::to_string(scale) + ", " + std::to_string(t) + " thread(s)";
+          EXPECT_TRUE(same_bits(want, got)) << what;
+        }
+      }
+    }
+  }
+  at::set_num_threads(threads);
+}
+
 TEST(CpuEngine, LastWriterMatchesTheSortedPlan) {
   std::mt19937 rng(12);
   for (const int64_t D : {1, 3, 64}) {
