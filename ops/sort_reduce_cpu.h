@@ -689,7 +689,7 @@ void last_writer_pass(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
     std::vector<int32_t> winner(static_cast<size_t>(num_keys), -1);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = op.key(i);
-      if (k >= 0) winner[k] = static_cast<int32_t>(i);
+      if (k >= 0 && k < num_keys) winner[k] = static_cast<int32_t>(i);
     }
     const auto copy = [&](int64_t lo, int64_t hi) {
       const Op local = op;
@@ -738,8 +738,8 @@ struct Engine {
     cpu::sort_reduce<acc_t>(op, n, num_keys, D);
   }
 
-  // The sort-reduce engine's result for an op folded with Last over source positions (the last writer), by
-  // one pass in source order (last_writer_pass); it records the CUDA engine's calls for the same sizes.
+  // The sort-reduce engine's result for an op folded with Last over source positions (the last writer),
+  // without the sort (last_writer_pass); it records the CUDA engine's calls for the same sizes.
   template <typename Op>
   static void last_writer(const char* /*name*/, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                           const at::Tensor& /*like*/) {
