@@ -425,26 +425,32 @@ __global__ void count_kernel(const index_t* values, int64_t n, int64_t bins, uns
   }
 }
 
-// The last writer's winners: one thread per contribution, grid-stride, raises its key's winner to its
-// position (engine::last_writer_key). A warp whose 32 contributions name one key raises it once, from its last
-// lane (the largest position). NB: an integer maximum, exact in any order: each key's winner is its largest
-// contributing position whatever the schedule (ops/last_writer_op.h).
+// The last writer's winners: one thread per contribution, grid-stride, the last positions first (thread t
+// takes position n - 1 - t), raises its key's winner to its position (engine::last_writer_key). A warp whose
+// 32 contributions name one key raises it once, from lane 0 (the largest position). With `filter` (many
+// contributions per key), a contribution first reads its key's winner and skips the atomic where a larger
+// position is there already: the early, larger positions settle most keys, and the later blocks mostly read.
+// NB: an integer maximum, exact in any order, and a winner only grows, so a value read, however stale, never
+// skips the largest position: each key's winner is its largest contributing position whatever the schedule
+// (ops/last_writer_op.h).
 template <typename Op>
-__global__ void last_writer_winner_kernel(Op op, int32_t n, int64_t num_keys, int* winner) {
+__global__ void last_writer_winner_kernel(Op op, int32_t n, int64_t num_keys, int* winner, bool filter) {
   // The trip count depends on blockIdx only: every lane of a warp reaches the vote together.
   for (int64_t base = int64_t{blockIdx.x} * blockDim.x; base < n; base += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = base + threadIdx.x;
+    const int64_t t = base + threadIdx.x;
+    const int64_t i = n - 1 - t;
     int64_t k = kSkipKey;
-    if (i < n) {
+    if (t < n) {
       const int64_t key = op.key(i);
       k = engine::last_writer_key(key, num_keys);
       CUDA_KERNEL_ASSERT((key == kSkipKey || k != kSkipKey) &&
                          "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
     }
-    const int64_t last = __shfl_sync(0xffffffffu, k, 31);
-    if (__all_sync(0xffffffffu, k == last)) {
-      if (threadIdx.x % 32 == 31 && k != kSkipKey) atomicMax(&winner[k], static_cast<int>(i));
-    } else if (k != kSkipKey) {
+    const int64_t first = __shfl_sync(0xffffffffu, k, 0);
+    const bool raise = k != kSkipKey && (!filter || __ldcg(&winner[k]) < i);
+    if (__all_sync(0xffffffffu, k == first)) {
+      if (threadIdx.x % 32 == 0 && raise) atomicMax(&winner[k], static_cast<int>(i));
+    } else if (raise) {
       atomicMax(&winner[k], static_cast<int>(i));
     }
   }
@@ -454,6 +460,9 @@ __global__ void last_writer_winner_kernel(Op op, int32_t n, int64_t num_keys, in
 // and stream; cpu::Engine (ops/sort_reduce_cpu.h) has the same members with the same results.
 struct Engine {
   static constexpr int kThreads = 256;
+
+  // From this many contributions per key on, the winner kernel reads a key's winner before raising it.
+  static constexpr int64_t kLastWriterFilterPerKey = 4;
 
   static unsigned grid_for(int64_t n) {
     return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{1} << 20));
@@ -467,21 +476,39 @@ struct Engine {
   }
 
   // An op folded with Last over source positions (the last writer): where plan::last_writer_table, a winner
-  // table (one int32 position per key, filled with -1), the winner kernel and a gather over (key, column)
-  // pairs; otherwise the sort-reduce engine. Both give every key its last contribution in source order.
+  // table (one int32 position per key, filled with -1), the winner kernel and a copy over the keys or the
+  // contributions (plan::last_writer_over_keys); otherwise the sort-reduce engine. Both give every key its
+  // last contribution in source order.
   template <typename Op>
   static void last_writer(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                           const at::Tensor& like) {
     static_assert(std::is_same_v<combine_of_t<Op>, Last>, "last_writer takes ops folded with Last");
-    if (!plan::last_writer_table(n, num_keys)) return sort_reduce<int64_t>(name, op, n, num_keys, D, like);
+    if (!plan::last_writer_table(n, num_keys, D)) return sort_reduce<int64_t>(name, op, n, num_keys, D, like);
     plan::record(plan::last_writer_kernels(n, num_keys));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     at::Tensor winner = empty_scratch({num_keys}, like.options().dtype(at::kInt));
     C10_CUDA_CHECK(cudaMemsetAsync(winner.data_ptr(), 0xff, static_cast<size_t>(num_keys) * sizeof(int), stream));
+    const bool filter = n >= kLastWriterFilterPerKey * num_keys;
     last_writer_winner_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
-                                                                    winner.data_ptr<int>());
+                                                                    winner.data_ptr<int>(), filter);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    for_each(engine::LastWriterGatherOp<Op>{op, winner.const_data_ptr<int>(), D}, num_keys * D);
+    const int* table = winner.const_data_ptr<int>();
+    const bool over_keys = plan::last_writer_over_keys(n, num_keys);
+    const int64_t pairs = (over_keys ? num_keys : n) * D;
+    const auto copy = [&](auto index) {
+      using index_t = decltype(index);
+      const Divider<index_t> by_columns(static_cast<index_t>(D));
+      if (over_keys) {
+        for_each(engine::LastWriterGatherOp<Op, index_t>{op, table, by_columns}, pairs);
+      } else {
+        for_each(engine::LastWriterScatterOp<Op, index_t>{op, table, num_keys, by_columns}, pairs);
+      }
+    };
+    if (pairs <= INT32_MAX) {
+      copy(int32_t{});
+    } else {
+      copy(int64_t{});
+    }
   }
 
   template <typename Op>

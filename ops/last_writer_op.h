@@ -7,6 +7,7 @@
 #pragma once
 
 #include "ops/contract.h"
+#include "ops/index_math.h"
 
 #include <c10/macros/Macros.h>
 
@@ -20,19 +21,38 @@ C10_HOST_DEVICE inline int64_t last_writer_key(int64_t key, int64_t num_keys) {
   return (key >= 0 && key < num_keys) ? key : kSkipKey;
 }
 
-// (key, column) pair w = k * D + c of the gather: the key's winner (-1: none) copied by the op's finalize.
+// The copy after the table, over keys (plan::last_writer_over_keys): pair w = k * D + c copies the key's
+// winner's element (-1: none) by the op's finalize. index_t: int32_t where the pairs number below 2^31
+// (a multiply for the division), else int64_t.
 // NB: every pair is written by one call, from the winner alone, so the schedule cannot show.
-template <typename Op>
+template <typename Op, typename index_t>
 struct LastWriterGatherOp {
   Op op;
   const int32_t* winner;
-  int64_t D;
+  Divider<index_t> by_columns;  // D
 
   C10_HOST_DEVICE void operator()(int64_t w) const {
-    const int64_t k = D == 1 ? w : w / D;
-    const int64_t c = w - k * D;
+    index_t k, c;
+    by_columns.divmod(static_cast<index_t>(w), k, c);
     const int32_t pos = winner[k];
     if (pos >= 0) op.finalize(k, c, op.contribution(pos, c));
+  }
+};
+
+// The copy over contributions (where the keys outnumber them): pair w = p * D + c copies position p's element
+// where p is its key's winner. NB: one winner per key, so each written element is written once, as above.
+template <typename Op, typename index_t>
+struct LastWriterScatterOp {
+  Op op;
+  const int32_t* winner;
+  int64_t num_keys;
+  Divider<index_t> by_columns;  // D
+
+  C10_HOST_DEVICE void operator()(int64_t w) const {
+    index_t p, c;
+    by_columns.divmod(static_cast<index_t>(w), p, c);
+    const int64_t k = last_writer_key(op.key(p), num_keys);
+    if (k != kSkipKey && winner[k] == p) op.finalize(k, c, op.contribution(p, c));
   }
 };
 

@@ -34,21 +34,29 @@ inline EngineCall kernel_call(int64_t launches, int64_t copies, int64_t allocati
 }
 
 // The last writer (Engine::last_writer: combine Last over source positions) keeps a winner table, one int32
-// position per key, where the keys are few against the contributions; otherwise, and for calls of 2^31 or
-// more contributions, it is a sort-reduce call. NB: decided by sizes alone, the same on both engines.
+// position per key, where the keys are few against the elements the contributions write (n rows of D
+// columns); otherwise, and for calls of 2^31 or more contributions, it is a sort-reduce call. NB: decided by
+// sizes alone, the same on both engines.
 constexpr int64_t kLastWriterKeysPerContribution = 4;
-inline bool last_writer_table(int64_t n, int64_t num_keys) {
-  return n > 0 && n <= INT32_MAX && num_keys <= kLastWriterKeysPerContribution * n;
+inline bool last_writer_table(int64_t n, int64_t num_keys, int64_t D) {
+  // n * D is the source's element count, far below 2^61.
+  return n > 0 && n <= INT32_MAX && num_keys <= kLastWriterKeysPerContribution * n * D;
 }
-// The table's fill (a memset), the winner kernel and the table (docs/engine.md); the gather is a for_each.
+// The copy after the table runs over the smaller side: the keys (each key with a winner copies its row) where
+// they number at most the contributions, else the contributions (each winner copies its row). Either way each
+// written element is written once, by its key's winner.
+inline bool last_writer_over_keys(int64_t n, int64_t num_keys) {
+  return num_keys <= n;
+}
+// The table's fill (a memset), the winner kernel and the table (docs/engine.md); the copy is a for_each.
 inline EngineCall last_writer_kernels(int64_t n, int64_t num_keys) {
   // Traffic: the table filled; each contribution's key read and its winner raised.
   return kernel_call(/*launches=*/1, /*copies=*/1, /*allocations=*/1, num_keys * 4, num_keys * 4 + n * (8 + 2 * 4));
 }
 // What Engine::last_writer(name, op, n, num_keys, D, like) records.
 inline std::vector<EngineCall> last_writer_calls(int64_t n, int64_t num_keys, int64_t D) {
-  if (!last_writer_table(n, num_keys)) return {sort_reduce_call(n, num_keys, D, sizeof(int64_t))};
-  return {last_writer_kernels(n, num_keys), for_each_call(num_keys * D)};
+  if (!last_writer_table(n, num_keys, D)) return {sort_reduce_call(n, num_keys, D, sizeof(int64_t))};
+  return {last_writer_kernels(n, num_keys), for_each_call((last_writer_over_keys(n, num_keys) ? num_keys : n) * D)};
 }
 
 // Whether this thread records in plan-only mode: a CPU path that stands for a CUDA engine call records it and

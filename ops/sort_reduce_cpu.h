@@ -675,33 +675,40 @@ void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
 // The last writer (combine Last) without the engine: each destination keeps its last contribution in source
 // order, the engine's result (the value is copied, not computed). One column: every contribution in source
 // order overwrites its destination. Rows, where plan::last_writer_table: each key's winner (the last position
-// naming it, one pass in source order), then each key with a winner copies its row, keys split between
-// threads. Other rows: every contribution in source order overwrites its destinations, threads splitting the
-// columns. NB: each destination's value is its last contribution's whatever the thread count
-// (docs/order_contract.md, "Last writer wins").
+// naming it, one pass in source order), then each winner copies its row, threads splitting the keys or the
+// contributions, whichever are fewer (plan::last_writer_over_keys, as on CUDA). Other rows: every contribution
+// in source order overwrites its destinations, threads splitting the columns. NB: each destination's value is
+// its last contribution's whatever the thread count (docs/order_contract.md, "Last writer wins").
 template <typename Op>
 void last_writer_pass(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   // Recorded as the calls it stands for (the CUDA engine's last_writer makes them).
   bool plan_only = false;
   for (const plan::EngineCall& call : plan::last_writer_calls(n, num_keys, D)) plan_only = plan::record(call);
   if (plan_only) return;
-  if (D > 1 && plan::last_writer_table(n, num_keys)) {
+  if (D > 1 && plan::last_writer_table(n, num_keys, D)) {
     std::vector<int32_t> winner(static_cast<size_t>(num_keys), -1);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = op.key(i);
       if (k >= 0 && k < num_keys) winner[k] = static_cast<int32_t>(i);
     }
+    const bool over_keys = plan::last_writer_over_keys(n, num_keys);
     const auto copy = [&](int64_t lo, int64_t hi) {
       const Op local = op;
-      for (int64_t k = lo; k < hi; ++k) {
+      for (int64_t j = lo; j < hi; ++j) {
+        int64_t k = j;
+        if (!over_keys) {
+          k = local.key(j);
+          if (k < 0 || k >= num_keys || winner[k] != j) continue;
+        }
         if (winner[k] < 0) continue;
         for (int64_t c = 0; c < D; ++c) local.finalize(k, c, local.contribution(winner[k], c));
       }
     };
-    if (num_keys * D < detail::kParallelGrain || at::in_parallel_region()) {
-      copy(0, num_keys);
+    const int64_t rows = over_keys ? num_keys : n;
+    if (rows * D < detail::kParallelGrain || at::in_parallel_region()) {
+      copy(0, rows);
     } else {
-      at::parallel_for(0, num_keys, std::max<int64_t>(1, detail::kParallelGrain / D), copy);
+      at::parallel_for(0, rows, std::max<int64_t>(1, detail::kParallelGrain / D), copy);
     }
     return;
   }

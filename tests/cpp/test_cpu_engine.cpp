@@ -185,41 +185,64 @@ TEST(CpuEngine, WrappingIntegersMatchTheSortedPlan) {
 }
 
 // The CUDA engine's last writer by a winner table (ops/last_writer_op.h): winners raised in a shuffled order of
-// the contributions, then the gather over (key, column) pairs in a shuffled order, against the sorted plan,
-// bit for bit, with one finalize per written slot.
-TEST(CpuEngine, LastWriterWinnerTableMatchesTheSortedPlan) {
-  std::mt19937 rng(13);
+// the contributions, then each copy (over the keys, over the contributions; 32- and 64-bit pair indices) over
+// its pairs in a shuffled order, against the sorted plan, bit for bit, with one finalize per written slot.
+// Keys scaled by 4 outnumber the contributions (the copy over contributions is the engine's choice there).
+template <typename index_t>
+void compare_winner_table_copies(std::mt19937& rng) {
   for (const int64_t D : {int64_t{1}, int64_t{3}}) {
     for (const int64_t spread : {int64_t{50}, int64_t{40000}}) {
       const Keys k = make_keys(rng, spread, true);
       const int64_t n = static_cast<int64_t>(k.keys.size());
-      std::vector<int64_t> want(k.num_keys * D, 77), got(k.num_keys * D, 77);
-      std::vector<int64_t> want_calls(k.num_keys * D, 0), got_calls(k.num_keys * D, 0);
-      detops::cpu::reference_sort_reduce<int64_t>(
-          PositionOp<int64_t>{k.keys.data(), want.data(), want_calls.data(), D, 1}, n, k.num_keys, D);
-      const PositionOp<int64_t> op{k.keys.data(), got.data(), got_calls.data(), D, 1};
-      std::vector<int32_t> winner(k.num_keys, -1);
-      std::vector<int64_t> order(n);
-      std::iota(order.begin(), order.end(), int64_t{0});
-      std::shuffle(order.begin(), order.end(), rng);
-      for (const int64_t i : order) {
-        const int64_t key = detops::engine::last_writer_key(op.key(i), k.num_keys);
-        if (key != detops::kSkipKey) winner[key] = std::max(winner[key], static_cast<int32_t>(i));
+      for (const int64_t scale : {int64_t{1}, int64_t{4}}) {
+        const int64_t num_keys = k.num_keys * scale;
+        std::vector<int64_t> want(k.num_keys * D, 77), want_calls(k.num_keys * D, 0);
+        detops::cpu::reference_sort_reduce<int64_t>(
+            PositionOp<int64_t>{k.keys.data(), want.data(), want_calls.data(), D, scale}, n, num_keys, D);
+        std::vector<int64_t> got(k.num_keys * D, 77), got_calls(k.num_keys * D, 0);
+        const PositionOp<int64_t> op{k.keys.data(), got.data(), got_calls.data(), D, scale};
+        std::vector<int32_t> winner(num_keys, -1);
+        std::vector<int64_t> order(n);
+        std::iota(order.begin(), order.end(), int64_t{0});
+        std::shuffle(order.begin(), order.end(), rng);
+        for (const int64_t i : order) {
+          const int64_t key = detops::engine::last_writer_key(op.key(i), num_keys);
+          if (key != detops::kSkipKey) winner[key] = std::max(winner[key], static_cast<int32_t>(i));
+        }
+        const detops::Divider<index_t> by_columns(static_cast<index_t>(D));
+        for (const bool over_keys : {true, false}) {
+          std::fill(got.begin(), got.end(), 77);
+          std::fill(got_calls.begin(), got_calls.end(), 0);
+          std::vector<int64_t> pairs((over_keys ? num_keys : n) * D);
+          std::iota(pairs.begin(), pairs.end(), int64_t{0});
+          std::shuffle(pairs.begin(), pairs.end(), rng);
+          if (over_keys) {
+            const detops::engine::LastWriterGatherOp<PositionOp<int64_t>, index_t> copy{op, winner.data(), by_columns};
+            for (const int64_t w : pairs) copy(w);
+          } else {
+            const detops::engine::LastWriterScatterOp<PositionOp<int64_t>, index_t> copy{op, winner.data(), num_keys,
+                                                                                        by_columns};
+            for (const int64_t w : pairs) copy(w);
+          }
+          const std::string what = "D " + std::to_string(D) + ", spread " + std::to_string(spread) + ", scale " +
+                                   std::to_string(scale) + (over_keys ? ", over keys" : ", over contributions") +
+                                   ", " + std::to_string(sizeof(index_t) * 8) + "-bit pairs";
+          EXPECT_TRUE(same_bits(want, got)) << what;
+          EXPECT_EQ(want_calls, got_calls) << what;
+        }
       }
-      std::vector<int64_t> pairs(k.num_keys * D);
-      std::iota(pairs.begin(), pairs.end(), int64_t{0});
-      std::shuffle(pairs.begin(), pairs.end(), rng);
-      const detops::engine::LastWriterGatherOp<PositionOp<int64_t>> gather{op, winner.data(), D};
-      for (const int64_t w : pairs) gather(w);
-      const std::string what = "D " + std::to_string(D) + ", spread " + std::to_string(spread);
-      EXPECT_TRUE(same_bits(want, got)) << what;
-      EXPECT_EQ(want_calls, got_calls) << what;
     }
   }
 }
 
-// The CPU's last writer (cpu::last_writer_pass): one column, rows by the winner table, rows past it by the
-// pass over columns; at 1 and 2 threads.
+TEST(CpuEngine, LastWriterWinnerTableMatchesTheSortedPlan) {
+  std::mt19937 rng(13);
+  compare_winner_table_copies<int32_t>(rng);
+  compare_winner_table_copies<int64_t>(rng);
+}
+
+// The CPU's last writer (cpu::last_writer_pass): one column, rows by the winner table (copies over keys and
+// over contributions), rows past it by the pass over columns; at 1 and 2 threads.
 TEST(CpuEngine, LastWriterPassMatchesTheSortedPlan) {
   std::mt19937 rng(14);
   const int threads = at::get_num_threads();
@@ -227,9 +250,13 @@ TEST(CpuEngine, LastWriterPassMatchesTheSortedPlan) {
     for (const int64_t spread : {int64_t{50}, int64_t{40000}}) {
       const Keys k = make_keys(rng, spread, true);
       const int64_t n = static_cast<int64_t>(k.keys.size());
-      for (const int64_t scale : {int64_t{1}, int64_t{1} << 20}) {
+      // Scaled by 16, the 40,007 keys outnumber the contributions more than 4 times: the table only for rows (4
+      // keys per element written), its copy over the contributions.
+      for (const int64_t scale : {int64_t{1}, int64_t{16}, int64_t{1} << 20}) {
         const int64_t num_keys = k.num_keys * scale;
-        ASSERT_EQ(detops::plan::last_writer_table(n, num_keys), scale == 1);
+        ASSERT_EQ(detops::plan::last_writer_table(n, num_keys, D),
+                  scale == 1 || (scale == 16 && (spread == 50 || D > 1)));
+        ASSERT_EQ(detops::plan::last_writer_over_keys(n, num_keys), scale == 1 || (scale == 16 && spread == 50));
         std::vector<int64_t> want(k.num_keys * D, 77), want_calls(k.num_keys * D, 0);
         at::set_num_threads(1);
         detops::cpu::reference_sort_reduce<int64_t>(
