@@ -427,14 +427,22 @@ __global__ void count_kernel(const index_t* values, int64_t n, int64_t bins, uns
 
 // The last writer's winners: one thread per contribution, grid-stride, the last positions first (thread t
 // takes position n - 1 - t), raises its key's winner to its position (engine::last_writer_key). A warp whose
-// 32 contributions name one key raises it once, from lane 0 (the largest position). With `filter` (many
-// contributions per key), a contribution first reads its key's winner and skips the atomic where a larger
+// 32 contributions name one key raises it once, from lane 0 (the largest position). With kShared (few keys,
+// many contributions each), into a table of the block in shared memory first, whose winners are then raised
+// in `winner` with one atomic per key the block saw; else straight into `winner`. With `filter` (many
+// contributions per key), a raise of `winner` first reads the key's winner and skips the atomic where a larger
 // position is there already: the early, larger positions settle most keys, and the later blocks mostly read.
 // NB: an integer maximum, exact in any order, and a winner only grows, so a value read, however stale, never
-// skips the largest position: each key's winner is its largest contributing position whatever the schedule
-// (ops/last_writer_op.h).
-template <typename Op>
+// skips the largest position: each key's winner is its largest contributing position whatever the launch
+// shape or the schedule (ops/last_writer_op.h).
+template <bool kShared, typename Op>
 __global__ void last_writer_winner_kernel(Op op, int32_t n, int64_t num_keys, int* winner, bool filter) {
+  extern __shared__ int block_winner[];
+  if constexpr (kShared) {
+    for (int64_t b = threadIdx.x; b < num_keys; b += blockDim.x) block_winner[b] = -1;
+    __syncthreads();
+  }
+  int* const table = kShared ? block_winner : winner;
   // The trip count depends on blockIdx only: every lane of a warp reaches the vote together.
   for (int64_t base = int64_t{blockIdx.x} * blockDim.x; base < n; base += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = base + threadIdx.x;
@@ -447,11 +455,18 @@ __global__ void last_writer_winner_kernel(Op op, int32_t n, int64_t num_keys, in
                          "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
     }
     const int64_t first = __shfl_sync(0xffffffffu, k, 0);
-    const bool raise = k != kSkipKey && (!filter || __ldcg(&winner[k]) < i);
+    const bool raise = k != kSkipKey && (kShared || !filter || __ldcg(&winner[k]) < i);
     if (__all_sync(0xffffffffu, k == first)) {
-      if (threadIdx.x % 32 == 0 && raise) atomicMax(&winner[k], static_cast<int>(i));
+      if (threadIdx.x % 32 == 0 && raise) atomicMax(&table[k], static_cast<int>(i));
     } else if (raise) {
-      atomicMax(&winner[k], static_cast<int>(i));
+      atomicMax(&table[k], static_cast<int>(i));
+    }
+  }
+  if constexpr (kShared) {
+    __syncthreads();
+    for (int64_t b = threadIdx.x; b < num_keys; b += blockDim.x) {
+      const int v = block_winner[b];
+      if (v >= 0 && (!filter || __ldcg(&winner[b]) < v)) atomicMax(&winner[b], v);
     }
   }
 }
@@ -489,8 +504,16 @@ struct Engine {
     at::Tensor winner = empty_scratch({num_keys}, like.options().dtype(at::kInt));
     C10_CUDA_CHECK(cudaMemsetAsync(winner.data_ptr(), 0xff, static_cast<size_t>(num_keys) * sizeof(int), stream));
     const bool filter = n >= kLastWriterFilterPerKey * num_keys;
-    last_writer_winner_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
-                                                                    winner.data_ptr<int>(), filter);
+    if (filter && num_keys <= kSharedCountBins) {
+      // NB: the block tables take a few blocks per multiprocessor; any grid gives the same winners.
+      const auto grid = static_cast<unsigned>(std::min<int64_t>(
+          grid_for(n), int64_t{at::cuda::getCurrentDeviceProperties()->multiProcessorCount} * kCountBlocksPerSM));
+      last_writer_winner_kernel<true><<<grid, kThreads, num_keys * sizeof(int), stream>>>(
+          op, static_cast<int32_t>(n), num_keys, winner.data_ptr<int>(), filter);
+    } else {
+      last_writer_winner_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<int32_t>(n), num_keys,
+                                                                             winner.data_ptr<int>(), filter);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const int* table = winner.const_data_ptr<int>();
     const bool over_keys = plan::last_writer_over_keys(n, num_keys);
@@ -520,7 +543,8 @@ struct Engine {
   }
 
   // Bins counted in shared memory first (4 bytes each: 32 KB), a few blocks per multiprocessor, and enough
-  // blocks that none counts 2^32 values (its 32-bit shared counts cannot wrap).
+  // blocks that none counts 2^32 values (its 32-bit shared counts cannot wrap). The last writer's winner
+  // tables in shared memory take the same sizes.
   static constexpr int64_t kSharedCountBins = 8192;
   static constexpr int kCountBlocksPerSM = 4;
 
