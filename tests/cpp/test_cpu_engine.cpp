@@ -187,7 +187,8 @@ TEST(CpuEngine, WrappingIntegersMatchTheSortedPlan) {
 // The CUDA engine's last writer by a winner table (ops/last_writer_op.h): winners raised in a shuffled order of
 // the contributions, then each copy (over the keys, over the contributions; 32- and 64-bit pair indices) over
 // its pairs in a shuffled order, against the sorted plan, bit for bit, with one finalize per written slot.
-// Keys scaled by 4 outnumber the contributions (the copy over contributions is the engine's choice there).
+// Scaled by 4, the 40,007 spread keys outnumber the contributions (the engine copies over the contributions
+// there).
 template <typename index_t>
 void compare_winner_table_copies(std::mt19937& rng) {
   for (const int64_t D : {int64_t{1}, int64_t{3}}) {
