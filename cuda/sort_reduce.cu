@@ -1,5 +1,5 @@
-// The plan of the sort-reduce engine: stable radix sort of (key, source position), then one segment scan that
-// gives every sorted position its segment start and scratch slot (docs/order_contract.md, docs/engine.md).
+// The plan of the sort-reduce engine: stable radix sort of (key, source position), then the scratch slots of the
+// long segments, taken by their heads (docs/order_contract.md, docs/engine.md).
 // Everything lives in the call's one workspace (plan::layout_for).
 #include "cuda/sort_reduce.h"
 #include "cuda/sort_reduce_steps.h"
@@ -12,7 +12,6 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/dispatch/dispatch_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <cuda/std/iterator>
 
@@ -25,55 +24,6 @@ namespace detops::cuda {
 namespace {
 
 namespace cub = CUB_NS_QUALIFIER;  // detops' own CUB namespace (CUB_WRAPPED_NAMESPACE), not torch's
-
-// The segment-scan item of each sorted position, computed as CUB reads it (engine::seg_item): no array and
-// no kernel for the per-position flags.
-template <typename KeyT>
-struct SegItemIterator {
-  using value_type = engine::SegItem;
-  using difference_type = ::cuda::std::ptrdiff_t;
-  using pointer = const engine::SegItem*;
-  using reference = engine::SegItem;
-  using iterator_category = ::cuda::std::random_access_iterator_tag;
-
-  const KeyT* keys;
-  int32_t n;
-  int64_t num_keys;
-  difference_type p;
-
-  __host__ __device__ engine::SegItem operator*() const {
-    return engine::seg_item(keys, n, num_keys, static_cast<int32_t>(p));
-  }
-  __host__ __device__ engine::SegItem operator[](difference_type i) const {
-    return engine::seg_item(keys, n, num_keys, static_cast<int32_t>(p + i));
-  }
-  __host__ __device__ SegItemIterator operator+(difference_type i) const { return {keys, n, num_keys, p + i}; }
-  __host__ __device__ SegItemIterator operator-(difference_type i) const { return {keys, n, num_keys, p - i}; }
-  __host__ __device__ difference_type operator-(const SegItemIterator& o) const { return p - o.p; }
-  __host__ __device__ SegItemIterator& operator+=(difference_type i) {
-    p += i;
-    return *this;
-  }
-  __host__ __device__ SegItemIterator& operator-=(difference_type i) {
-    p -= i;
-    return *this;
-  }
-  __host__ __device__ SegItemIterator& operator++() {
-    ++p;
-    return *this;
-  }
-  __host__ __device__ SegItemIterator operator++(int) {
-    SegItemIterator old = *this;
-    ++p;
-    return old;
-  }
-  __host__ __device__ SegItemIterator& operator--() {
-    --p;
-    return *this;
-  }
-  __host__ __device__ bool operator==(const SegItemIterator& o) const { return p == o.p; }
-  __host__ __device__ bool operator!=(const SegItemIterator& o) const { return p != o.p; }
-};
 
 // The source positions 0, 1, 2, ... as a random-access iterator, the input of a key chunk's compaction (only the
 // operations CUB's select uses).
@@ -99,28 +49,20 @@ struct MaskBit {
   }
 };
 
-// The segment scan's policy: tiles of plan::kSegScanThreads x plan::kSegScanItems items, loaded and stored
-// through shared memory (coalesced), scanned with warp scans. Only the tile size differs from CUB's default
-// for a 16-byte item; the items, and so the bits, do not depend on it (engine::SegScan is associative).
-struct SegScanScaling {
-  static constexpr int BLOCK_THREADS = static_cast<int>(plan::kSegScanThreads);
-  static constexpr int ITEMS_PER_THREAD = static_cast<int>(plan::kSegScanItems);
-};
-
-struct SegScanPolicyHub {
-  struct Policy500 : cub::ChainedPolicy<500, Policy500, Policy500> {
-    using ScanPolicyT =
-        cub::AgentScanPolicy<SegScanScaling::BLOCK_THREADS, SegScanScaling::ITEMS_PER_THREAD, engine::SegItem,
-                             cub::BLOCK_LOAD_WARP_TRANSPOSE, cub::LOAD_DEFAULT, cub::BLOCK_STORE_WARP_TRANSPOSE,
-                             cub::BLOCK_SCAN_WARP_SCANS, SegScanScaling>;
-  };
-  using MaxPolicy = Policy500;
-};
-
-// DeviceScan::InclusiveScan's dispatch with SegScanPolicyHub in place of CUB's default policies.
+// One thread per sorted position: the head of each long segment takes its scratch slots
+// (engine::long_segment_slots) from the counter the key kernel zeroed and records the first at its position;
+// the first position of each tile records its segment's start (engine::tile_step). NB: the order in which
+// heads reach the counter places each segment's slots, not its tree (the bits).
 template <typename KeyT>
-using SegScanDispatch = cub::DispatchScan<SegItemIterator<KeyT>, engine::SegItem*, engine::SegScan, cub::NullType,
-                                          uint32_t, engine::SegItem, cub::ForceInclusive::No, SegScanPolicyHub>;
+__global__ void long_segments_kernel(const KeyT* keys, int32_t n, int64_t num_keys, int32_t* seg_first,
+                                     int32_t* tile_start, int32_t* num_slots) {
+  const int64_t p64 = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (p64 >= n) return;
+  const auto p = static_cast<int32_t>(p64);
+  engine::tile_step(keys, p, tile_start);
+  const int32_t slots = engine::long_segment_slots(keys, n, num_keys, p);
+  if (slots > 0) seg_first[p] = atomicAdd(num_slots, slots);
+}
 
 // CUB temp sizes depend on the device and the problem, not on the data: queried once per shape.
 std::mutex temp_mutex;
@@ -132,11 +74,7 @@ int64_t query_temp_bytes(int32_t n, int bits) {
   cub::DoubleBuffer<KeyT> keys(nullptr, nullptr);
   cub::DoubleBuffer<int32_t> values(nullptr, nullptr);
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, values, n, 0, bits));
-  size_t scan_bytes = 0;
-  C10_CUDA_CHECK(SegScanDispatch<KeyT>::Dispatch(nullptr, scan_bytes, SegItemIterator<KeyT>{nullptr, n, 0, 0},
-                                                 nullptr, engine::SegScan{}, cub::NullType{},
-                                                 static_cast<uint32_t>(n), nullptr));
-  return static_cast<int64_t>(std::max(sort_bytes, scan_bytes));
+  return static_cast<int64_t>(sort_bytes);
 }
 
 template <typename KeyT>
@@ -152,13 +90,19 @@ SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + layout.temp, bytes, keys, values, n, 0, bits, stream));
   const KeyT* sorted = keys.Current();
 
-  // Segment starts and slots: one inclusive scan of the positions' items (engine::SegScan).
-  auto* seg = reinterpret_cast<engine::SegItem*>(ws + layout.seg);
-  bytes = static_cast<size_t>(layout.temp_bytes);
-  const SegItemIterator<KeyT> items{sorted, n, num_keys, 0};
-  C10_CUDA_CHECK(SegScanDispatch<KeyT>::Dispatch(ws + layout.temp, bytes, items, seg, engine::SegScan{},
-                                                 cub::NullType{}, static_cast<uint32_t>(n), stream));
-  return {sorted, values.Current(), seg};
+  // The long segments' scratch slots and the tiles' segment starts (none without tree levels: then no segment
+  // is longer than one block, and every position is in the first tile).
+  int32_t* seg_first = nullptr;
+  int32_t* tile_start = nullptr;
+  if (layout.levels > 0) {
+    seg_first = reinterpret_cast<int32_t*>(ws + layout.seg_first);
+    tile_start = reinterpret_cast<int32_t*>(ws + layout.tile_start);
+    const auto blocks = static_cast<unsigned>((int64_t{n} + 255) / 256);
+    long_segments_kernel<KeyT><<<blocks, 256, 0, stream>>>(sorted, n, num_keys, seg_first, tile_start,
+                                                           reinterpret_cast<int32_t*>(ws + layout.num_slots));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return {sorted, values.Current(), seg_first, tile_start};
 }
 
 }  // namespace

@@ -55,13 +55,16 @@ inline Launch2D launch_2d(int64_t rows, int64_t cols) {
 }
 
 // One thread per contribution: its destination key, or num_keys (sorted last, never written) if invalid or
-// skipped (kSkipKey, ops/contract.h), and its source position (the radix sort's values). NB: positions are
-// computed in 64 bits before the bound check: near 2^31 contributions the 32-bit product of block and thread
-// indices would wrap past the check.
+// skipped (kSkipKey, ops/contract.h), and its source position (the radix sort's values). The first thread
+// zeroes the slot counter (num_slots, null without levels) that the heads of long segments take their slots
+// from after the sort. NB: positions are computed in 64 bits before the bound check: near 2^31 contributions
+// the 32-bit product of block and thread indices would wrap past the check.
 template <typename KeyT, typename Op>
-__global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys, int32_t* positions) {
+__global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys, int32_t* positions,
+                                 int32_t* num_slots) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  if (i == 0 && num_slots != nullptr) *num_slots = 0;
   positions[i] = static_cast<int32_t>(i);
   const int64_t k = op.key(i);
   if (k == kSkipKey) {
@@ -74,50 +77,50 @@ __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys,
 }
 
 // Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_block once, then
-// engine::level0_fold per column). The first column's thread of each position also records its slot
-// (engine::slot_step). NB: launch bounds of 4 blocks of 256 per SM cap the kernel at 64 registers (the fold
-// of a block is otherwise unrolled into ~170).
+// engine::level0_fold per column). The first column's thread of a long segment's leader also records its
+// slot (engine::record_slot). NB: launch bounds of 4 blocks of 256 per SM cap the kernel at 64 registers (the
+// fold of a block is otherwise unrolled into ~170).
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys, const int32_t* perm,
-                                                     const engine::SegItem* seg, int32_t n, int64_t num_keys,
-                                                     int32_t D, acc_t* scratch, int32_t* slot_first,
-                                                     int32_t* slot_pos, int32_t* num_slots) {
+                                                     const int32_t* seg_first, const int32_t* tile_start,
+                                                     int32_t n, int64_t num_keys, int32_t D, acc_t* scratch,
+                                                     int32_t* slot_first, int32_t* slot_pos) {
   const int64_t p64 = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   if (p64 >= n) return;
   const int32_t p = static_cast<int32_t>(p64);
-  if (blockIdx.y == 0 && threadIdx.x == 0) engine::slot_step(keys, seg, n, num_keys, p, slot_first, slot_pos, num_slots);
-  const engine::Level0Block b = engine::level0_block(keys, seg, n, num_keys, p);
+  const engine::Level0Block b = engine::level0_block(keys, seg_first, tile_start, n, num_keys, p);
   if (b.count == 0) return;
+  if (blockIdx.y == 0 && threadIdx.x == 0) engine::record_slot(b, p, slot_first, slot_pos);
   for (int32_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += gridDim.y * blockDim.x) {
     engine::level0_fold<acc_t>(op, perm, b, D, scratch, p, c);
   }
 }
 
 // Level 0 for wide rows with repeated keys (above): one warp per tile of 32 sorted positions. Each lane takes
-// one position: it records its slot (engine::slot_step) and, if it leads a block, the block's count and slot
-// (engine::level0_block). Then the warp takes the tile's block leaders in turn, their facts broadcast from
+// one position: if it leads a block, the block's count and slot (engine::level0_block), and it records the
+// slot (engine::record_slot). Then the warp takes the tile's block leaders in turn, their facts broadcast from
 // their lanes, its lanes over the columns. Only leaders fold, and a segment of k contributions has
 // ceil(k / kBlock) of them: one thread per (position, column) would launch a warp for every position and
 // leave most of them idle.
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(256, 4) level0_rows_kernel(Op op, const KeyT* keys, const int32_t* perm,
-                                                          const engine::SegItem* seg, int32_t n, int64_t num_keys,
-                                                          int32_t D, acc_t* scratch, int32_t* slot_first,
-                                                          int32_t* slot_pos, int32_t* num_slots) {
+                                                          const int32_t* seg_first, const int32_t* tile_start,
+                                                          int32_t n, int64_t num_keys, int32_t D, acc_t* scratch,
+                                                          int32_t* slot_first, int32_t* slot_pos) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t tile = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32 * 32;
   if (tile >= n) return;  // whole warps: tile is the same for every lane
   const int64_t p = tile + lane;
-  engine::Level0Block mine{0, 0, -1};
+  engine::Level0Block mine{0, 0, -1, -1};
   if (p < n) {
     const auto q = static_cast<int32_t>(p);
-    engine::slot_step(keys, seg, n, num_keys, q, slot_first, slot_pos, num_slots);
-    mine = engine::level0_block(keys, seg, n, num_keys, q);
+    mine = engine::level0_block(keys, seg_first, tile_start, n, num_keys, q);
+    engine::record_slot(mine, q, slot_first, slot_pos);
   }
   for (unsigned leaders = __ballot_sync(0xffffffffu, mine.count > 0); leaders != 0; leaders &= leaders - 1) {
     const int from = __ffs(leaders) - 1;
     const engine::Level0Block b{__shfl_sync(0xffffffffu, mine.key, from), __shfl_sync(0xffffffffu, mine.count, from),
-                                __shfl_sync(0xffffffffu, mine.slot, from)};
+                                __shfl_sync(0xffffffffu, mine.slot, from), -1};
     const auto q = static_cast<int32_t>(tile + from);
     for (int32_t c = lane; c < D; c += 32) {
       engine::level0_fold<acc_t>(op, perm, b, D, scratch, q, c);
@@ -184,14 +187,16 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
   const KeyT* keys = static_cast<const KeyT*>(sorted.keys);
   const auto level0 = [&] {
     const Launch2D l0 = launch_2d(n, D);
-    level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(op, keys, sorted.perm, sorted.seg, n, num_keys,
-                                                                     D, scratch, slot_first, slot_pos, num_slots);
+    level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(op, keys, sorted.perm, sorted.seg_first,
+                                                                     sorted.tile_start, n, num_keys, D, scratch,
+                                                                     slot_first, slot_pos);
   };
   if constexpr (kWarpRows) {
     if (D >= kWarpRowsMinD && int64_t{n} >= kWarpRowsMinPerKey * num_keys) {
       const auto grid = static_cast<unsigned>((int64_t{n} + 255) / 256);
-      level0_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, sorted.perm, sorted.seg, n, num_keys,
-                                                                    D, scratch, slot_first, slot_pos, num_slots);
+      level0_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, sorted.perm, sorted.seg_first,
+                                                                    sorted.tile_start, n, num_keys, D, scratch,
+                                                                    slot_first, slot_pos);
     } else {
       level0();
     }
@@ -227,23 +232,22 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
 // The single-block path: one block of kSingleBlockThreads runs the whole call (plan::single_block). Each thread
 // computes the keys of kSingleBlockItems consecutive contributions; cub::BlockRadixSort sorts (key, position)
 // in registers (NB: stable: ranks follow the blocked arrangement, which is source order, so equal keys keep
-// source order, as the device-wide sort does); the sorted keys and permutation go to the workspace; a block
-// scan (engine::SegScan) gives the segment items; then level 0 and each level over all (position or slot,
-// column) pairs, with __syncthreads() between them, calling the same engine steps as the multi-block kernels.
+// source order, as the device-wide sort does); the sorted keys and permutation go to the workspace; the heads
+// of long segments take their scratch slots (engine::long_segment_slots, an atomic add on the block's
+// counter) and the tiles record their segment starts (engine::tile_step); then level 0 and each level over
+// all (position or slot, column) pairs, with __syncthreads() between them, calling the same engine steps as
+// the multi-block kernels.
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(plan::kSingleBlockThreads, 2)
     single_block_kernel(Op op, int32_t n, int64_t num_keys, int bits, int32_t D, KeyT* keys, int32_t* perm,
-                        engine::SegItem* seg, int32_t* slot_first, int32_t* slot_pos, int32_t* num_slots,
-                        int32_t max_slots, int levels, acc_t* scratch) {
+                        int32_t* seg_first, int32_t* tile_start, int32_t* slot_first, int32_t* slot_pos,
+                        int32_t* num_slots, int32_t max_slots, int levels, acc_t* scratch) {
   constexpr int kThreads = static_cast<int>(plan::kSingleBlockThreads);
   constexpr int kItems = static_cast<int>(plan::kSingleBlockItems);
   using Sort = CUB_NS_QUALIFIER::BlockRadixSort<KeyT, kThreads, kItems, int32_t>;
-  using Scan = CUB_NS_QUALIFIER::BlockScan<engine::SegItem, kThreads>;
-  __shared__ union {
-    typename Sort::TempStorage sort;
-    typename Scan::TempStorage scan;
-  } temp;
+  __shared__ typename Sort::TempStorage temp;
   const int t = static_cast<int>(threadIdx.x);
+  if (t == 0 && num_slots != nullptr) *num_slots = 0;
   // Past n: the largest key the sorted bits hold, and positions past n, so they sort after every contribution.
   const KeyT pad = bits >= static_cast<int>(8 * sizeof(KeyT)) ? ~KeyT{0} : static_cast<KeyT>((KeyT{1} << bits) - 1);
   KeyT k[kItems];
@@ -263,7 +267,7 @@ __global__ void __launch_bounds__(plan::kSingleBlockThreads, 2)
       }
     }
   }
-  Sort(temp.sort).Sort(k, v, 0, bits);
+  Sort(temp).Sort(k, v, 0, bits);
   for (int j = 0; j < kItems; ++j) {
     const int32_t p = t * kItems + j;
     if (p < n) {
@@ -272,22 +276,20 @@ __global__ void __launch_bounds__(plan::kSingleBlockThreads, 2)
     }
   }
   __syncthreads();
-  engine::SegItem items[kItems];
-  for (int j = 0; j < kItems; ++j) {
-    const int32_t p = t * kItems + j;
-    items[j] = p < n ? engine::seg_item(keys, n, num_keys, p) : engine::SegItem{-1, -1, 0, 0};
+  if (num_slots != nullptr) {
+    for (int j = 0; j < kItems; ++j) {
+      const int32_t p = t * kItems + j;
+      if (p >= n) break;
+      engine::tile_step(keys, p, tile_start);
+      const int32_t slots = engine::long_segment_slots(keys, n, num_keys, p);
+      if (slots > 0) seg_first[p] = atomicAdd(num_slots, slots);
+    }
+    __syncthreads();
   }
-  Scan(temp.scan).InclusiveScan(items, items, engine::SegScan{});
-  for (int j = 0; j < kItems; ++j) {
-    const int32_t p = t * kItems + j;
-    if (p < n) seg[p] = items[j];
-  }
-  __syncthreads();
   for (int32_t w = t; w < n * D; w += kThreads) {
     const int32_t p = w / D;
-    const int32_t c = w - p * D;
-    if (c == 0) engine::slot_step(keys, seg, n, num_keys, p, slot_first, slot_pos, num_slots);
-    engine::level0_step<acc_t>(op, keys, perm, seg, n, num_keys, D, scratch, p, c);
+    engine::level0_step<acc_t>(op, keys, perm, seg_first, tile_start, n, num_keys, D, scratch, slot_first, slot_pos,
+                               p, w - p * D);
   }
   int32_t stride = 1;
   for (int level = 1; level <= levels; ++level, stride *= kBlock) {
@@ -318,7 +320,7 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
   const int bits = plan::sort_bits_for(num_keys, call.key_bytes);
   const bool single = !kChunk && plan::single_block(call);
   const plan::Layout layout = plan::layout_for(call, single ? 0 : cub_temp_bytes(n, call.key_bytes, bits));
-  // The call's one allocation: keys, positions, segment items, slot tables, scratch and CUB's temp storage.
+  // The call's one allocation: keys, positions, segment firsts, slot tables, scratch and CUB's temp storage.
   at::Tensor workspace = empty_scratch({layout.total}, device_options.dtype(at::kByte));
   char* ws = static_cast<char*>(workspace.data_ptr());
   if constexpr (!kChunk) {
@@ -329,12 +331,13 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
       auto* num_slots = levels ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr;
       auto* scratch = levels ? reinterpret_cast<acc_t*>(ws + layout.scratch) : nullptr;
       auto* perm = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
-      auto* seg = reinterpret_cast<engine::SegItem*>(ws + layout.seg);
+      auto* seg_first = levels ? reinterpret_cast<int32_t*>(ws + layout.seg_first) : nullptr;
+      auto* tile_start = levels ? reinterpret_cast<int32_t*>(ws + layout.tile_start) : nullptr;
       const auto launch = [&](auto* keys) {
         using KeyT = std::remove_pointer_t<decltype(keys)>;
         single_block_kernel<acc_t, KeyT, Op><<<1, static_cast<unsigned>(plan::kSingleBlockThreads), 0, stream>>>(
-            op, static_cast<int32_t>(n), num_keys, bits, static_cast<int32_t>(D), keys, perm, seg, slot_first,
-            slot_pos, num_slots, static_cast<int32_t>(layout.max_slots), layout.levels, scratch);
+            op, static_cast<int32_t>(n), num_keys, bits, static_cast<int32_t>(D), keys, perm, seg_first, tile_start,
+            slot_first, slot_pos, num_slots, static_cast<int32_t>(layout.max_slots), layout.levels, scratch);
       };
       if (call.key_bytes == 8) {
         launch(reinterpret_cast<uint64_t*>(ws + layout.keys[0]));
@@ -349,7 +352,9 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
   auto* positions = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
   const auto multi = [&](auto* keys) {
     using KeyT = std::remove_pointer_t<decltype(keys)>;
-    make_keys_kernel<KeyT, Op><<<blocks, 256, 0, stream>>>(op, static_cast<int32_t>(n), num_keys, keys, positions);
+    make_keys_kernel<KeyT, Op><<<blocks, 256, 0, stream>>>(
+        op, static_cast<int32_t>(n), num_keys, keys, positions,
+        layout.levels > 0 ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const SortedSegments sorted = plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes);
     reduce_plan<acc_t, KeyT, !kChunk>(op, ws, layout, sorted, static_cast<int32_t>(n), num_keys,

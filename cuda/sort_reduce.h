@@ -1,4 +1,4 @@
-// The sort-reduce engine, CUDA path: the plan (sort + segment scan), computed once per call in the call's
+// The sort-reduce engine, CUDA path: the plan (sort + long segments' slots), computed once per call in the call's
 // workspace (laid out by plan::layout_for, ops/plan.h) and independent of dtype. See cuda/sort_reduce.cuh for
 // the reduction over the plan, docs/order_contract.md for the why, docs/engine.md for the stream operations.
 #pragma once
@@ -15,16 +15,20 @@ namespace detops::cuda {
 struct SortedSegments {
   const void* keys = nullptr;           // [n] sorted destination keys (uint32 or uint64)
   const int32_t* perm = nullptr;        // [n] source positions in sorted order
-  const engine::SegItem* seg = nullptr;  // [n] inclusive segment-scan items (segment starts and slots)
+  const int32_t* seg_first = nullptr;   // [n] the first scratch slot of each long segment, at its head
+  const int32_t* tile_start = nullptr;  // [n / kBlock + 1] the segment start of each tile's first position
+                                        // (both null without tree levels)
 };
 
-// Bytes of CUB temp storage a call needs (the radix sort's and the segment scan's, the larger), queried once
-// per (device, n, key width, bits) and cached.
+// Bytes of CUB temp storage a call needs (the radix sort's), queried once per (device, n, key width, bits) and
+// cached.
 int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits);
 
 // ws: the call's workspace, whose layout.keys[0] / layout.pos[0] hold the unsorted keys (values in
 // [0, num_keys]; num_keys marks an invalid contribution, sorted last and never written) and their source
-// positions. Sorts (key, position) stably and scans the segments, on the current stream, no host sync.
+// positions. Sorts (key, position) stably, gives the long segments their scratch slots (the counter at
+// layout.num_slots zeroed by the key kernel) and the tiles their segment starts, on the current stream, no
+// host sync.
 SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes);
 
 // A key chunk's compaction (cuda/chunked.cuh): writes to pos, in increasing order, the positions i < n whose

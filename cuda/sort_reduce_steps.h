@@ -18,18 +18,15 @@ constexpr int64_t kMaxContributions = (int64_t{1} << 31) - 1;
 
 namespace detops::engine {
 
-// The segment scan: one inclusive scan (CUB's, over a transform iterator) gives every sorted position its
-// segment start and its scratch slot. An item summarises a range of sorted positions: its last segment head
-// (-1 if none), the one segment tail it holds before any head (-1 if none; its segment starts to the left, so
-// its slots are counted once the head is known), and the slots of the long segments whose head and tail it
-// both holds. NB: combine() is associative (a range summary), so any grouping the scan picks gives the same
-// items; tests/cpp/test_engine_schedule.cpp scans in random groupings.
-struct SegItem {
-  int32_t head;
-  int32_t tail;
-  int32_t tail_valid;
-  int32_t slots;
-};
+// Segments and scratch slots, without a scan. A sorted position's segment is the run of its key; a segment of
+// a valid key longer than one block keeps its block sums in ceil(len / kBlock) contiguous scratch slots.
+// Before level 0, one pass over the sorted positions (long_segment_slots and tile_step) lets the head of each
+// such segment take its slots from a counter (an atomic add on the GPU) and record the first one at its own
+// position (seg_first[head]), and records, for every tile of kBlock positions, the start of the segment that
+// holds its first position (tile_start). A level-0 position then learns whether it leads a block, and which
+// slot, from a few loads (level0_block). NB: which slots a segment gets depends on the order in which the
+// heads reach the counter, but only where its block sums are kept: level 0 and every level address a
+// segment's slots from its first one, so the tree and the bits do not depend on it.
 
 // Scratch slots of a segment of `len` contributions: one per block if it is longer than one block, none
 // otherwise. The segment of invalid contributions (key num_keys, sorted last) gets none: level 0 skips it,
@@ -38,71 +35,77 @@ C10_HOST_DEVICE inline int32_t segment_slots(int64_t len, bool valid) {
   return (valid && len > kBlock) ? static_cast<int32_t>((len + kBlock - 1) / kBlock) : 0;
 }
 
+// The first sorted position of the segment that holds p (keys[p] == key): steps back of 1, 2, 4, ... until a
+// position holds another key (or none is left), then a binary search between the two; about 2 log2(p - start)
+// loads.
 template <typename KeyT>
-C10_HOST_DEVICE inline bool is_tail(const KeyT* keys, int32_t n, int32_t p) {
-  return p == n - 1 || keys[p + 1] != keys[p];
-}
-
-// The item of sorted position p alone.
-template <typename KeyT>
-C10_HOST_DEVICE inline SegItem seg_item(const KeyT* keys, int32_t n, int64_t num_keys, int32_t p) {
-  const bool head = p == 0 || keys[p] != keys[p - 1];
-  SegItem item{head ? p : -1, -1, 0, 0};
-  if (!head && is_tail(keys, n, p)) {
-    item.tail = p;
-    item.tail_valid = static_cast<int64_t>(keys[p]) < num_keys ? 1 : 0;
-  }
-  return item;
-}
-
-// The item of range a followed by range b.
-struct SegScan {
-  C10_HOST_DEVICE SegItem operator()(const SegItem& a, const SegItem& b) const {
-    SegItem r{b.head >= 0 ? b.head : a.head, a.tail, a.tail_valid, a.slots + b.slots};
-    if (b.tail >= 0) {
-      if (a.head >= 0) {
-        r.slots += segment_slots(int64_t{b.tail} + 1 - a.head, b.tail_valid != 0);  // b's tail closes a's last segment
-      } else {
-        r.tail = b.tail;  // a holds neither a head nor, then, a tail
-        r.tail_valid = b.tail_valid;
-      }
+C10_HOST_DEVICE inline int32_t segment_start(const KeyT* keys, int32_t p, KeyT key) {
+  int64_t hi = p;   // keys[hi] == key
+  int64_t lo = -1;  // keys[lo] != key, or lo == -1
+  for (int64_t step = 1;; step *= 2) {
+    const int64_t probe = hi - step;
+    if (probe < 0) break;
+    if (keys[probe] != key) {
+      lo = probe;
+      break;
     }
-    return r;
+    hi = probe;
   }
-};
-
-// Slots of the segments before sorted position p's segment, from p's inclusive scan item `inc`.
-template <typename KeyT>
-C10_HOST_DEVICE inline int32_t slots_before(const KeyT* keys, const SegItem& inc, int32_t n, int64_t num_keys,
-                                            int32_t p) {
-  const int32_t s0 = inc.head;
-  if (!is_tail(keys, n, p)) return inc.slots;
-  return inc.slots - segment_slots(int64_t{p} + 1 - s0, static_cast<int64_t>(keys[p]) < num_keys);
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] == key) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return static_cast<int32_t>(hi);
 }
 
-// 1 if sorted position p (segment start s0) leads a block of a segment longer than one block.
+// One past the last sorted position of the segment that starts at p, where p + kBlock < n and
+// keys[p + kBlock] == key: steps forward of kBlock, 2 kBlock, 4 kBlock, ..., then a binary search.
 template <typename KeyT>
-C10_HOST_DEVICE inline int32_t long_leader(const KeyT* keys, int32_t s0, int32_t n, int64_t num_keys, int32_t p) {
-  const bool leader = (p - s0) % kBlock == 0;
-  const bool is_long = int64_t{s0} + kBlock < n && keys[s0 + kBlock] == keys[p];
-  const bool valid = static_cast<int64_t>(keys[p]) < num_keys;
-  return (leader && is_long && valid) ? 1 : 0;
+C10_HOST_DEVICE inline int32_t segment_end(const KeyT* keys, int32_t n, int32_t p, KeyT key) {
+  int64_t lo = int64_t{p} + kBlock;  // keys[lo] == key
+  int64_t hi = n;                    // keys[hi] != key, or hi == n
+  for (int64_t step = kBlock;; step *= 2) {
+    const int64_t probe = lo + step;
+    if (probe >= n) break;
+    if (keys[probe] != key) {
+      hi = probe;
+      break;
+    }
+    lo = probe;
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] == key) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return static_cast<int32_t>(hi);
 }
 
-// Once per sorted position (level 0's first column): a long segment's block leader records its slot's
-// segment-first slot and position; the last position records the number of slots. slot_first may be null
-// when no segment can be long (n <= kBlock).
+// Once per sorted position, before level 0: the scratch slots sorted position p takes, nonzero only at the
+// head of a long segment of a valid key (segment_slots). The caller takes them from the counter and records
+// the first at seg_first[p].
 template <typename KeyT>
-C10_HOST_DEVICE inline void slot_step(const KeyT* keys, const SegItem* seg, int32_t n, int64_t num_keys, int32_t p,
-                                      int32_t* slot_first, int32_t* slot_pos, int32_t* num_slots) {
-  if (slot_first == nullptr) return;
-  if (p == n - 1) *num_slots = seg[p].slots;
-  const int32_t s0 = seg[p].head;
-  if (!long_leader(keys, s0, n, num_keys, p)) return;
-  const int32_t first = slots_before(keys, seg[p], n, num_keys, p);
-  const int32_t q = first + (p - s0) / kBlock;
-  slot_first[q] = first;
-  slot_pos[q] = p;
+C10_HOST_DEVICE inline int32_t long_segment_slots(const KeyT* keys, int32_t n, int64_t num_keys, int32_t p) {
+  const KeyT key = keys[p];
+  if (p > 0 && keys[p - 1] == key) return 0;
+  if (static_cast<int64_t>(key) >= num_keys) return 0;
+  if (int64_t{p} + kBlock >= n || keys[p + kBlock] != key) return 0;
+  return segment_slots(int64_t{segment_end(keys, n, p, key)} - p, true);
+}
+
+// Once per sorted position, before level 0: the first position of each tile of kBlock positions records the
+// start of its segment. NB: one search per tile, not per position: for a segment of m positions, m / kBlock
+// searches of about 2 log2(m) loads.
+template <typename KeyT>
+C10_HOST_DEVICE inline void tile_step(const KeyT* keys, int32_t p, int32_t* tile_start) {
+  if (p % kBlock == 0) tile_start[p / kBlock] = segment_start(keys, p, keys[p]);
 }
 
 // Contributions a level-0 leader loads before folding them (kBlock is a multiple).
@@ -110,12 +113,13 @@ constexpr int kLoadGroup = 8;
 
 // The block of up to kBlock contributions that sorted position p leads at level 0, the same for every column:
 // count is 0 where p leads none (not at a multiple of kBlock from its segment start, or the invalid key);
-// slot is the scratch slot of a block of a long segment, -1 where the block is the whole segment (finished
-// at level 0).
+// slot is the scratch slot of a block of a long segment and first the segment's first slot, both -1 where the
+// block is the whole segment (finished at level 0).
 struct Level0Block {
   int64_t key;
   int32_t count;
   int32_t slot;
+  int32_t first;
 };
 
 // Contributions in the block that starts at sorted position p with key `key`: the positions from p on that
@@ -142,16 +146,38 @@ C10_HOST_DEVICE inline int32_t block_count(const KeyT* keys, int32_t n, int32_t 
   return lo;
 }
 
+// A position leads a block if it heads its segment, or if its segment started a multiple of kBlock before it.
+// Its key, the key before it and the key at the start of its tile settle most positions: a head; a position
+// whose segment started inside its tile (so less than kBlock before it) leads nothing; the others take their
+// segment's start from the tile's (tile_start, not read in the first tile, so it may be null for n <= kBlock).
+// A long segment's leader takes its slot from the first one its
+// head recorded (seg_first).
 template <typename KeyT>
-C10_HOST_DEVICE inline Level0Block level0_block(const KeyT* keys, const SegItem* seg, int32_t n, int64_t num_keys,
-                                                int32_t p) {
-  const int32_t s0 = seg[p].head;
+C10_HOST_DEVICE inline Level0Block level0_block(const KeyT* keys, const int32_t* seg_first, const int32_t* tile_start,
+                                                int32_t n, int64_t num_keys, int32_t p) {
+  constexpr Level0Block kNone{0, 0, -1, -1};
   const KeyT key = keys[p];
   // Invalid contributions are sorted last and never written.
-  if ((p - s0) % kBlock != 0 || static_cast<int64_t>(key) >= num_keys) return {0, 0, -1};
-  const bool is_long = int64_t{s0} + kBlock < n && keys[s0 + kBlock] == key;
-  const int32_t slot = is_long ? slots_before(keys, seg[p], n, num_keys, p) + (p - s0) / kBlock : -1;
-  return {static_cast<int64_t>(key), block_count(keys, n, p, key), slot};
+  if (static_cast<int64_t>(key) >= num_keys) return kNone;
+  int32_t s0 = p;
+  if (p > 0 && keys[p - 1] == key) {
+    if (keys[p - p % kBlock] != key) return kNone;  // its segment started inside its tile, after the tile's start
+    s0 = p < kBlock ? 0 : tile_start[p / kBlock];  // the first tile starts its first segment
+    if ((p - s0) % kBlock != 0) return kNone;
+  }
+  // A leader past its segment's head is at least kBlock into it: the segment is long.
+  const bool is_long = p > s0 || (int64_t{p} + kBlock < n && keys[p + kBlock] == key);
+  const int32_t first = is_long ? seg_first[s0] : -1;
+  const int32_t slot = is_long ? first + (p - s0) / kBlock : -1;
+  return {static_cast<int64_t>(key), block_count(keys, n, p, key), slot, first};
+}
+
+// Once per block leader (level 0's first column): a long segment's block records, at its slot, the segment's
+// first slot and its own position, which the levels above read.
+C10_HOST_DEVICE inline void record_slot(const Level0Block& b, int32_t p, int32_t* slot_first, int32_t* slot_pos) {
+  if (b.slot < 0) return;
+  slot_first[b.slot] = b.first;
+  slot_pos[b.slot] = p;
 }
 
 // Level 0's fold of block b (led by sorted position p) in column c: a segment of one block is finished here,
@@ -182,14 +208,17 @@ C10_HOST_DEVICE inline void level0_fold(const Op& op, const int32_t* perm, const
   }
 }
 
-// Level 0 for sorted position p and column c: the leader of each block folds it. The kernels that run many
-// columns per position take level0_block once and level0_fold per column instead.
+// Level 0 for sorted position p and column c: the leader of each block folds it, and records its slot in the
+// first column. The kernels that run many columns per position take level0_block once and level0_fold per
+// column instead.
 template <typename acc_t, typename KeyT, typename Op>
-C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const int32_t* perm, const SegItem* seg,
-                                        int32_t n, int64_t num_keys, int64_t D, acc_t* scratch, int32_t p,
-                                        int64_t c) {
-  const Level0Block b = level0_block(keys, seg, n, num_keys, p);
-  if (b.count > 0) level0_fold<acc_t>(op, perm, b, D, scratch, p, c);
+C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const int32_t* perm, const int32_t* seg_first,
+                                        const int32_t* tile_start, int32_t n, int64_t num_keys, int64_t D,
+                                        acc_t* scratch, int32_t* slot_first, int32_t* slot_pos, int32_t p, int64_t c) {
+  const Level0Block b = level0_block(keys, seg_first, tile_start, n, num_keys, p);
+  if (b.count == 0) return;
+  if (c == 0) record_slot(b, p, slot_first, slot_pos);
+  level0_fold<acc_t>(op, perm, b, D, scratch, p, c);
 }
 
 // A level-L group led by scratch slot q: its item count, and the key it finishes (finish) if it covers a
@@ -219,7 +248,7 @@ C10_HOST_DEVICE inline LevelGroup level_group(const KeyT* keys, const int32_t* s
   int32_t count = 1;
   while (count < kBlock && in_segment(q + count * stride)) ++count;
   if (q == f && !in_segment(f + group)) {
-    // Slots exist only for valid keys (long_leader), so this key is in [0, num_keys).
+    // Slots exist only for valid keys (long_segment_slots), so this key is in [0, num_keys).
     return {static_cast<int64_t>(keys[slot_pos[q]]), count, true};
   }
   return {0, count, false};

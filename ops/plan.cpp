@@ -44,11 +44,6 @@ CubOps cub_radix_sort_ops(int64_t n, int bits) {
   return {2 + passes * portions, 2 + passes * portions};
 }
 
-CubOps cub_scan_ops(int64_t n) {
-  if (n <= 0) return {};
-  return {2, 0};
-}
-
 int64_t predicted_cub_temp_bytes(int64_t n, int64_t key_bytes, int bits) {
   // The radix sort on a double buffer: histograms, look-back state and counters (onesweep), nothing beyond
   // its alignment for a single tile.
@@ -59,9 +54,7 @@ int64_t predicted_cub_temp_bytes(int64_t n, int64_t key_bytes, int bits) {
     const int64_t blocks = ceil_div(std::min(n, kOnesweepPortion), onesweep_tile(key_bytes));
     sort = portions * passes * kOnesweepDigits * 4 + blocks * kOnesweepDigits * 4 + portions * passes * 4 + 3 * kAlign;
   }
-  // The segment scan: a status word and two 16-byte values per tile, and the look-back window.
-  const int64_t scan = (ceil_div(n, kSegScanThreads * kSegScanItems) + 32) * (8 + 2 * 16) + kAlign;
-  return std::max(sort, scan);
+  return sort;
 }
 
 Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes) {
@@ -79,9 +72,10 @@ Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes) {
   if (!single) l.keys[1] = carve(n * kb);
   l.pos[0] = carve(n * 4);
   if (!single) l.pos[1] = carve(n * 4);
-  l.seg = carve(n * 16);
   l.levels = tree_levels(n);
   if (l.levels > 0) {
+    l.seg_first = carve(n * 4);
+    l.tile_start = carve((n / kBlock + 1) * 4);
     l.max_slots = n / 16 + 1;  // a segment longer than kBlock has ceil(len / kBlock) < len / 16 blocks
     l.slot_first = carve(l.max_slots * 4);
     l.slot_pos = carve(l.max_slots * 4);
@@ -134,11 +128,11 @@ PlanSummary plan_for(const EngineCall& call) {
   s.allocations = 1;
   s.workspace_bytes = l.total;
   if (single_block(call)) {
-    // One launch: keys and the sort in registers, sorted keys, permutation and scan items written once and
-    // read by level 0; the contributions; the results; the levels' scratch.
+    // One launch: keys and the sort in registers, sorted keys and permutation written once and read by the
+    // slots' step and level 0; the contributions; the results; the levels' scratch.
     s.path = Path::kSingleBlock;
     s.launches = 1;
-    s.bytes_moved = n * (kb + 4 + 16) * 2 + n * D * acc + std::min(n, call.num_keys) * D * acc +
+    s.bytes_moved = n * (kb + 4) * 2 + n * D * acc + std::min(n, call.num_keys) * D * acc +
                     s.levels * 2 * (n / kBlock + 1) * D * acc;
     return s;
   }
@@ -154,12 +148,16 @@ PlanSummary plan_for(const EngineCall& call) {
   // The stable radix sort of (key, position): a histogram read, then each pass reads and writes both.
   add(cub_radix_sort_ops(n, bits));
   s.bytes_moved += (n > kCubSingleTileItems ? n * kb : 0) + passes * 2 * n * (kb + 4);
-  // The segment scan: sorted keys read (3 per position, mostly cached: counted once), items written.
-  add(cub_scan_ops(n));
-  s.bytes_moved += n * kb + n * 16;
-  // Level 0 (and the slot tables): keys, permutation, items; the contributions; the results.
+  // The long segments' slots (with tree levels): sorted keys read (3 per position, mostly cached: counted
+  // once); a word per long segment written.
+  if (s.levels > 0) {
+    s.launches += 1;
+    s.bytes_moved += n * kb;
+  }
+  // Level 0 (and the slot tables): keys (3 per position, mostly cached: counted once), permutation; the
+  // contributions; the results.
   s.launches += 1;
-  s.bytes_moved += n * (kb + 4 + 16) + n * D * acc + std::min(n, call.num_keys) * D * acc;
+  s.bytes_moved += n * (kb + 4) + n * D * acc + std::min(n, call.num_keys) * D * acc;
   // Levels 1..levels, one launch each over the slots.
   s.launches += s.levels;
   s.bytes_moved += s.levels * (2 * l.max_slots * 4 + 2 * (n / kBlock) * D * acc);

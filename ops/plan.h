@@ -50,7 +50,7 @@ inline int sort_bits_for(int64_t num_keys, int64_t key_bytes) {
 }
 
 // Stream operations of one CUB device-algorithm call (CCCL 3.0, sm_90 tunings), counted from its dispatch
-// code (cub/device/dispatch/dispatch_radix_sort.cuh, dispatch_scan.cuh).
+// code (cub/device/dispatch/dispatch_radix_sort.cuh).
 struct CubOps {
   int64_t launches = 0;
   int64_t memsets = 0;
@@ -60,17 +60,8 @@ struct CubOps {
 // every portion of up to 2^28 items one memset of the look-back state and one onesweep kernel.
 constexpr int64_t kCubSingleTileItems = 256 * 19;
 CubOps cub_radix_sort_ops(int64_t n, int bits);
-// DeviceScan::InclusiveScan / ExclusiveSum: the tile-state init kernel and the scan kernel.
-CubOps cub_scan_ops(int64_t n);
-// The segment scan's tile (cuda/sort_reduce.cu gives DeviceScan this policy): 128 threads of 16 items. CUB's
-// default policy scales a 16-byte item down to 3 per thread (384-item tiles), and the scan's time followed its
-// tile count, each tile's look-back through CUB's tile state for non-primitive items
-// (bench/results/NVIDIA-H200-2026-11-26-2-profile.txt: 15.6 ns per tile, 4M items in 171 us).
-constexpr int64_t kSegScanThreads = 128;
-constexpr int64_t kSegScanItems = 16;
-
 // The single-block path: a call of at most kSingleBlockMaxN contributions and kSingleBlockMaxWork (position,
-// column) pairs runs whole in one block of one launch (sort, scan, level 0 and the levels, cuda/sort_reduce.cuh).
+// column) pairs runs whole in one block of one launch (sort, slots, level 0 and the levels, cuda/sort_reduce.cuh).
 // NB: the bounds keep one block's work at most ~128 (position, column) pairs per thread of 512 and its sort in
 // registers (8 keys per thread); larger calls are faster spread over the device.
 constexpr int64_t kSingleBlockThreads = 512;
@@ -87,8 +78,10 @@ constexpr int64_t kAlign = 256;
 struct Layout {
   int64_t keys[2] = {0, 0};  // the radix sort's double buffer of keys: [n] x key_bytes each (single block: [0])
   int64_t pos[2] = {0, 0};   // and of positions / the permutation: [n] int32 each (single block: [0])
-  int64_t seg = 0;           // [n] segment-scan items (engine::SegItem, 16 bytes)
-  int64_t slot_first = 0;    // [max_slots] int32 (levels > 0 only, as the rest)
+  int64_t seg_first = 0;     // [n] int32: each long segment's first scratch slot, at its head (levels > 0 only,
+                             // as the rest)
+  int64_t tile_start = 0;    // [n / kBlock + 1] int32: the segment start of each tile's first position
+  int64_t slot_first = 0;    // [max_slots] int32
   int64_t slot_pos = 0;      // [max_slots] int32
   int64_t num_slots = 0;     // [1] int32
   int64_t scratch = 0;       // [max_slots * D] accumulators of the tree levels

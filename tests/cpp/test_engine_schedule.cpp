@@ -16,40 +16,12 @@
 
 namespace {
 
-// The inclusive segment scan in a random grouping, as a parallel scan may form it: random chunks scanned on
-// their own, then each chunk's items prefixed by the combined chunks before it (engine::SegScan is associative).
-std::vector<detops::engine::SegItem> grouped_scan(const std::vector<detops::engine::SegItem>& items, std::mt19937& rng) {
-  const detops::engine::SegScan combine;
-  const int32_t n = static_cast<int32_t>(items.size());
-  std::vector<detops::engine::SegItem> out(items);
-  std::vector<std::pair<int32_t, int32_t>> chunks;
-  for (int32_t begin = 0; begin < n;) {
-    const int32_t len = 1 + static_cast<int32_t>(rng() % 97);
-    chunks.emplace_back(begin, std::min(n, begin + len));
-    begin += len;
-  }
-  for (auto [begin, end] : chunks)
-    for (int32_t p = begin + 1; p < end; ++p) out[p] = combine(out[p - 1], items[p]);
-  // The chunks' totals, combined left to right, then applied as prefixes.
-  detops::engine::SegItem prefix{};
-  bool have_prefix = false;
-  for (auto [begin, end] : chunks) {
-    const detops::engine::SegItem total = out[end - 1];
-    if (have_prefix) {
-      for (int32_t p = begin; p < end; ++p) out[p] = combine(prefix, out[p]);
-      prefix = combine(prefix, total);
-    } else {
-      prefix = total;
-      have_prefix = true;
-    }
-  }
-  return out;
-}
-
-// Emulates plan_segments (stable sort, the segment scan) and reduce_plan (level 0 with the slot tables, the
-// levels) with shuffled threads; checks the scan's slots against a direct count of the long-segment leaders.
+// Emulates plan_segments (the stable sort, then the heads of long segments taking their slots from a counter,
+// in a shuffled order as atomics may, and the tiles' segment starts) and reduce_plan (level 0 with the slot tables, the levels) with shuffled
+// threads; checks every position's slots and block against its segment, found by a direct scan.
 template <typename acc_t, typename Op>
 void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std::mt19937& rng) {
+  constexpr int32_t kBlock = detops::kBlock;
   std::vector<uint32_t> unsorted(n);
   for (int32_t i = 0; i < n; ++i) unsorted[i] = static_cast<uint32_t>(op.key(i));
   std::vector<int32_t> perm(n);
@@ -57,48 +29,56 @@ void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std:
   std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) { return unsorted[a] < unsorted[b]; });
   std::vector<uint32_t> keys(n);
   for (int32_t p = 0; p < n; ++p) keys[p] = unsorted[perm[p]];
-
-  std::vector<detops::engine::SegItem> items(n);
-  for (int32_t p = 0; p < n; ++p) items[p] = detops::engine::seg_item(keys.data(), n, num_keys, p);
-  std::vector<detops::engine::SegItem> seg(items);
-  for (int32_t p = 1; p < n; ++p) seg[p] = detops::engine::SegScan()(seg[p - 1], items[p]);
-  const std::vector<detops::engine::SegItem> grouped = grouped_scan(items, rng);
-  int32_t leaders = 0;
-  for (int32_t p = 0; p < n; ++p) {
-    ASSERT_EQ(grouped[p].head, seg[p].head) << p;
-    ASSERT_EQ(grouped[p].slots, seg[p].slots) << p;
-    ASSERT_EQ(grouped[p].tail, -1) << p;
-    int32_t s0 = p;
-    while (s0 > 0 && keys[s0 - 1] == keys[p]) --s0;
-    ASSERT_EQ(seg[p].head, s0) << p;
-    if (detops::engine::long_leader(keys.data(), s0, n, num_keys, p)) {
-      ASSERT_EQ(detops::engine::slots_before(keys.data(), seg[p], n, num_keys, p) + (p - s0) / detops::kBlock, leaders)
-          << p;
-      ++leaders;
-    }
-  }
-  ASSERT_EQ(seg[n - 1].slots, leaders);
+  std::vector<int32_t> start(n), end(n);
+  for (int32_t p = 0; p < n; ++p) start[p] = p > 0 && keys[p - 1] == keys[p] ? start[p - 1] : p;
+  for (int32_t p = n - 1; p >= 0; --p) end[p] = p + 1 < n && keys[p + 1] == keys[p] ? end[p + 1] : p + 1;
+  const auto is_long = [&](int32_t p) { return keys[p] < num_keys && end[p] - start[p] > kBlock; };
 
   const int32_t max_slots = n / 16 + 1;
-  ASSERT_LE(leaders, max_slots);
+  std::vector<int32_t> seg_first(n, -7);
+  std::vector<int32_t> tile_start(n / kBlock + 1, -7);
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  int32_t num_slots = 0;
+  int32_t expected_slots = 0;
+  for (int32_t p : order) {
+    detops::engine::tile_step(keys.data(), p, tile_start.data());
+    const int32_t slots = detops::engine::long_segment_slots(keys.data(), n, num_keys, p);
+    const int32_t expected = start[p] == p && is_long(p) ? (end[p] - p + kBlock - 1) / kBlock : 0;
+    ASSERT_EQ(slots, expected) << p;
+    expected_slots += expected;
+    if (slots > 0) {
+      seg_first[p] = num_slots;
+      num_slots += slots;
+    }
+  }
+  ASSERT_EQ(num_slots, expected_slots);
+  ASSERT_LE(num_slots, max_slots);
+  for (int32_t t = 0; t * kBlock < n; ++t) ASSERT_EQ(tile_start[t], start[t * kBlock]) << t;
+  for (int32_t p = 0; p < n; ++p) {
+    const detops::engine::Level0Block b =
+        detops::engine::level0_block(keys.data(), seg_first.data(), tile_start.data(), n, num_keys, p);
+    const bool leads = keys[p] < num_keys && (p - start[p]) % kBlock == 0;
+    ASSERT_EQ(b.count, leads ? std::min(kBlock, end[p] - p) : 0) << p;
+    if (!leads) continue;
+    ASSERT_EQ(b.key, keys[p]) << p;
+    ASSERT_EQ(b.first, is_long(p) ? seg_first[start[p]] : -1) << p;
+    ASSERT_EQ(b.slot, is_long(p) ? seg_first[start[p]] + (p - start[p]) / kBlock : -1) << p;
+  }
+
   std::vector<int32_t> slot_first(max_slots, -7), slot_pos(max_slots, -7);
-  int32_t num_slots = -7;
   std::vector<acc_t> scratch(static_cast<size_t>(max_slots * D), acc_t(12345));
   std::vector<std::pair<int32_t, int64_t>> threads;
   for (int32_t p = 0; p < n; ++p)
     for (int64_t c = 0; c < D; ++c) threads.emplace_back(p, c);
   std::shuffle(threads.begin(), threads.end(), rng);
   for (auto [p, c] : threads) {
-    if (c == 0) {
-      detops::engine::slot_step(keys.data(), seg.data(), n, num_keys, p, slot_first.data(), slot_pos.data(),
-                                &num_slots);
-    }
-    detops::engine::level0_step<acc_t>(op, keys.data(), perm.data(), seg.data(), n, num_keys, D, scratch.data(), p,
-                                       c);
+    detops::engine::level0_step<acc_t>(op, keys.data(), perm.data(), seg_first.data(), tile_start.data(), n, num_keys,
+                                       D, scratch.data(), slot_first.data(), slot_pos.data(), p, c);
   }
-  ASSERT_EQ(num_slots, leaders);
   int32_t stride = 1;
-  for (int level = 1; level <= detops::tree_levels(n); ++level, stride *= detops::kBlock) {
+  for (int level = 1; level <= detops::tree_levels(n); ++level, stride *= kBlock) {
     threads.clear();
     for (int32_t q = 0; q < max_slots; ++q)
       for (int64_t c = 0; c < D; ++c) threads.emplace_back(q, c);
@@ -170,39 +150,95 @@ struct CountingOp {
   void finalize(int64_t k, int64_t, double total) const { finalized->emplace_back(k, total); }
 };
 
-// The engine's steps at the top of its range (n = 2^31 - 1 contributions): sums such as s0 + kBlock must
-// not wrap past n. The arrays are windows around the last positions; positions past n hold the last
-// segment's key, as memory past the end may, so a read past n would be counted.
+// The engine's steps at the top of its range (n = 2^31 - 1 contributions): sums such as s0 + kBlock and the
+// searches' steps must not wrap past n. The arrays are windows around the last positions; positions past n
+// hold the last segment's key, as memory past the end may, so a read past n would be counted.
 TEST(EngineSchedule, PositionsNearTheLimitStayBelowN) {
   const int32_t n = static_cast<int32_t>(detops::kMaxContributions);
-  constexpr int32_t kBefore = 40;
+  constexpr int32_t kBefore = 200;
   constexpr int32_t kAfter = 40;
   const int64_t base = int64_t{n} - kBefore;
-  std::vector<uint32_t> key_window(kBefore + kAfter, 7u);
-  std::vector<detops::engine::SegItem> seg_window(kBefore + kAfter, detops::engine::SegItem{n - 10, -1, 0, 0});
-  std::vector<int32_t> perm_window(kBefore + kAfter, 0);
-  for (int32_t j = 0; j < kBefore - 10; ++j) {
-    key_window[j] = 6u;
-    seg_window[j].head = static_cast<int32_t>(base);
+  for (const int32_t last_len : {10, 70}) {
+    // Key 6 up to the last segment, key 7 from it on.
+    std::vector<uint32_t> key_window(kBefore + kAfter, 7u);
+    std::fill(key_window.begin(), key_window.begin() + (kBefore - last_len), 6u);
+    std::vector<int32_t> seg_first_window(kBefore + kAfter, -1);
+    std::vector<int32_t> perm_window(kBefore + kAfter, 0);
+    const int64_t tile_base = base / detops::kBlock;
+    std::vector<int32_t> tile_window((kBefore + kAfter) / detops::kBlock + 2, -1);
+    // keys[p] is key_window[p - base]: only positions inside the window are ever read.
+    const uint32_t* keys = key_window.data() - base;
+    int32_t* seg_first = seg_first_window.data() - base;
+    int32_t* tile_start = tile_window.data() - tile_base;
+    const int32_t* perm = perm_window.data() - base;
+    const int32_t last = n - last_len;
+    std::vector<std::pair<int64_t, double>> finalized;
+    const CountingOp op{&finalized};
+    std::vector<double> scratch(8, -1.0);
+    std::vector<int32_t> slot_first(8, -1), slot_pos(8, -1);
+    if (last_len == 10) {
+      EXPECT_EQ(detops::engine::long_segment_slots(keys, n, /*num_keys=*/8, last), 0);
+      EXPECT_EQ(detops::engine::segment_slots(int64_t{n}, true), static_cast<int32_t>((int64_t{n} + 31) / 32));
+      detops::engine::level0_step<double>(op, keys, perm, seg_first, tile_start, n, /*num_keys=*/8, /*D=*/1,
+                                          scratch.data(), slot_first.data(), slot_pos.data(), last, 0);
+      ASSERT_EQ(finalized.size(), 1u);
+      EXPECT_EQ(finalized[0].first, 7);
+      EXPECT_EQ(finalized[0].second, 10.0);
+      EXPECT_EQ(scratch, std::vector<double>(8, -1.0));
+      continue;
+    }
+    // A long last segment: 70 positions, 3 blocks; its head records slot 5 as its first, and the two tiles that
+    // start inside it (at n - 63 and n - 31, as n % 32 == 31) its start.
+    EXPECT_EQ(detops::engine::segment_end(keys, n, last, 7u), n);
+    EXPECT_EQ(detops::engine::long_segment_slots(keys, n, /*num_keys=*/8, last), 3);
+    EXPECT_EQ(detops::engine::long_segment_slots(keys, n, /*num_keys=*/8, last + 1), 0);
+    seg_first[last] = 5;
+    EXPECT_EQ(detops::engine::segment_start(keys, n - 1, 7u), last);
+    for (const int32_t tile_first : {n - 63, n - 31}) {
+      ASSERT_EQ(tile_first % detops::kBlock, 0);
+      detops::engine::tile_step(keys, tile_first, tile_start);
+      EXPECT_EQ(tile_start[tile_first / detops::kBlock], last);
+    }
+    const detops::engine::Level0Block b =
+        detops::engine::level0_block(keys, seg_first, tile_start, n, /*num_keys=*/8, n - 6);
+    EXPECT_EQ(b.count, 6);
+    EXPECT_EQ(b.slot, 7);
+    EXPECT_EQ(b.first, 5);
+    EXPECT_EQ(detops::engine::level0_block(keys, seg_first, tile_start, n, /*num_keys=*/8, n - 7).count, 0);
+    detops::engine::level0_step<double>(op, keys, perm, seg_first, tile_start, n, /*num_keys=*/8, /*D=*/1,
+                                        scratch.data(), slot_first.data(), slot_pos.data(), n - 6, 0);
+    EXPECT_TRUE(finalized.empty());
+    EXPECT_EQ(scratch[7], 6.0);
+    EXPECT_EQ(slot_first[7], 5);
+    EXPECT_EQ(slot_pos[7], n - 6);
   }
-  // keys[p] is key_window[p - base]: only positions inside the window are ever read.
-  const uint32_t* keys = key_window.data() - base;
-  const detops::engine::SegItem* seg = seg_window.data() - base;
-  const int32_t* perm = perm_window.data() - base;
-  std::vector<std::pair<int64_t, double>> finalized;
-  const CountingOp op{&finalized};
-  std::vector<double> scratch(4, -1.0);
-  const int32_t last = n - 10;  // the last segment: positions [n - 10, n), key 7
-  EXPECT_EQ(detops::engine::long_leader(keys, last, n, /*num_keys=*/8, last), 0);
-  const detops::engine::SegItem item = detops::engine::seg_item(keys, n, /*num_keys=*/8, n - 1);
-  EXPECT_EQ(item.head, -1);
-  EXPECT_EQ(item.tail, n - 1);
-  EXPECT_EQ(detops::engine::segment_slots(int64_t{n}, true), static_cast<int32_t>((int64_t{n} + 31) / 32));
-  detops::engine::level0_step<double>(op, keys, perm, seg, n, /*num_keys=*/8, /*D=*/1, scratch.data(), last, 0);
-  ASSERT_EQ(finalized.size(), 1u);
-  EXPECT_EQ(finalized[0].first, 7);
-  EXPECT_EQ(finalized[0].second, 10.0);
-  EXPECT_EQ(scratch, std::vector<double>(4, -1.0));
+}
+
+// segment_start and segment_end against a scan, for runs of every length, around multiples of the block size
+// and at both ends of the keys.
+TEST(EngineSchedule, SegmentSearchesFindTheRun) {
+  std::mt19937 rng(11);
+  constexpr int32_t kBlock = detops::kBlock;
+  for (int trial = 0; trial < 100; ++trial) {
+    std::vector<uint32_t> keys;
+    uint32_t key = 0;
+    const int max_run = trial % 3 == 0 ? 40 : (trial % 3 == 1 ? 300 : 3000);
+    while (keys.size() < 6000) {
+      keys.insert(keys.end(), std::uniform_int_distribution<int>(1, max_run)(rng), key);
+      ++key;
+    }
+    keys.resize(std::uniform_int_distribution<size_t>(1, keys.size())(rng));
+    const int32_t n = static_cast<int32_t>(keys.size());
+    std::vector<int32_t> start(n), end(n);
+    for (int32_t p = 0; p < n; ++p) start[p] = p > 0 && keys[p - 1] == keys[p] ? start[p - 1] : p;
+    for (int32_t p = n - 1; p >= 0; --p) end[p] = p + 1 < n && keys[p + 1] == keys[p] ? end[p + 1] : p + 1;
+    for (int32_t p = 0; p < n; ++p) {
+      ASSERT_EQ(detops::engine::segment_start(keys.data(), p, keys[p]), start[p]) << trial << " " << p;
+      if (start[p] == p && end[p] - p > kBlock) {
+        ASSERT_EQ(detops::engine::segment_end(keys.data(), n, p, keys[p]), end[p]) << trial << " " << p;
+      }
+    }
+  }
 }
 
 // block_count's shortcut and binary search against a scan: the block starting at p holds the positions of
@@ -228,22 +264,28 @@ TEST(EngineSchedule, BlockCountIsTheRunWithinOneBlock) {
   }
 }
 
-// Invalid contributions (key num_keys, sorted last) get no scratch slots, so no tree level above 0 can
-// fold or finalize them, however many there are.
+// Invalid contributions (key num_keys, sorted last) get no scratch slots and lead no block, so no tree level
+// can fold or finalize them, however many there are.
 TEST(EngineSchedule, TheInvalidSegmentGetsNoSlots) {
   const int64_t num_keys = 5;
   std::vector<uint32_t> keys(40, 0u);
   keys.resize(80, static_cast<uint32_t>(num_keys));
   const int32_t n = static_cast<int32_t>(keys.size());
-  EXPECT_EQ(detops::engine::long_leader(keys.data(), 0, n, num_keys, 0), 1);
-  EXPECT_EQ(detops::engine::long_leader(keys.data(), 0, n, num_keys, 32), 1);
-  EXPECT_EQ(detops::engine::long_leader(keys.data(), 40, n, num_keys, 40), 0);
-  EXPECT_EQ(detops::engine::long_leader(keys.data(), 40, n, num_keys, 72), 0);
-  // The scan counts the valid segment's two slots and none for the invalid one.
-  detops::engine::SegItem total = detops::engine::seg_item(keys.data(), n, num_keys, 0);
-  for (int32_t p = 1; p < n; ++p) total = detops::engine::SegScan()(total, detops::engine::seg_item(keys.data(), n, num_keys, p));
-  EXPECT_EQ(total.head, 40);
-  EXPECT_EQ(total.slots, 2);
+  EXPECT_EQ(detops::engine::long_segment_slots(keys.data(), n, num_keys, 0), 2);
+  EXPECT_EQ(detops::engine::long_segment_slots(keys.data(), n, num_keys, 40), 0);
+  std::vector<int32_t> seg_first(n, -1), tile_start(n / detops::kBlock + 1, -1);
+  seg_first[0] = 0;
+  for (int32_t p = 0; p < n; ++p) detops::engine::tile_step(keys.data(), p, tile_start.data());
+  EXPECT_EQ(tile_start, (std::vector<int32_t>{0, 0, 40}));
+  const auto block = [&](int32_t p) {
+    return detops::engine::level0_block(keys.data(), seg_first.data(), tile_start.data(), n, num_keys, p);
+  };
+  EXPECT_EQ(block(0).count, 32);
+  EXPECT_EQ(block(0).slot, 0);
+  EXPECT_EQ(block(32).count, 8);
+  EXPECT_EQ(block(32).slot, 1);
+  EXPECT_EQ(block(40).count, 0);
+  EXPECT_EQ(block(72).count, 0);
 }
 
 // scatter_add's map: forty dims whose strides compose merge to a few; more than kMaxDims dims that do
