@@ -523,16 +523,19 @@ struct Engine {
     const int* table = winner.const_data_ptr<int>();
     const bool over_keys = plan::last_writer_over_keys(n, num_keys);
     const int64_t pairs = (over_keys ? num_keys : n) * D;
+    const int64_t calls = (pairs + plan::kLastWriterPairs - 1) / plan::kLastWriterPairs;
     const auto copy = [&](auto index) {
       using index_t = decltype(index);
-      const Divider<index_t> by_columns(static_cast<index_t>(D));
+      const auto d = static_cast<index_t>(D);
+      const auto total = static_cast<index_t>(pairs);
       if (over_keys) {
-        for_each(engine::LastWriterGatherOp<Op, index_t>{op, table, by_columns}, pairs);
+        for_each(engine::LastWriterGatherOp<Op, index_t>{op, table, Divider<index_t>(d), d, total}, calls);
       } else {
-        for_each(engine::LastWriterScatterOp<Op, index_t>{op, table, num_keys, by_columns}, pairs);
+        for_each(engine::LastWriterScatterOp<Op, index_t>{op, table, num_keys, Divider<index_t>(d), d, total}, calls);
       }
     };
-    if (pairs <= INT32_MAX) {
+    // NB: a call's pairs reach pairs + kLastWriterPairs - 1, which 32-bit indices must hold.
+    if (pairs <= INT32_MAX - plan::kLastWriterPairs) {
       copy(int32_t{});
     } else {
       copy(int64_t{});

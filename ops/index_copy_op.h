@@ -17,6 +17,7 @@ template <typename bits_t>
 struct IndexCopyOp {
   using acc_t = int64_t;
   using Combine = Last;
+  using value_type = bits_t;
   bits_t* out;          // contiguous
   const bits_t* src;    // contiguous
   const int64_t* index;  // strided
@@ -33,11 +34,18 @@ struct IndexCopyOp {
   C10_HOST_DEVICE int64_t contribution(int64_t i, int64_t) const {
     return i;
   }
-  // Column c = o * inner + j of the [outer, inner] plane.
-  C10_HOST_DEVICE void finalize(int64_t k, int64_t c, int64_t row) const {
+  // Column c = o * inner + j of the [outer, inner] plane: source row `row`'s element, and its store in row k
+  // (the last writer's copy).
+  C10_HOST_DEVICE bits_t read(int64_t row, int64_t c) const {
     const int64_t o = c < inner ? 0 : c / inner;  // no division for the first (often only) outer slice
-    const int64_t j = c - o * inner;
-    out[(o * dim_size + k) * inner + j] = src[(o * n + row) * inner + j];
+    return src[(o * n + row) * inner + (c - o * inner)];
+  }
+  C10_HOST_DEVICE void write(int64_t k, int64_t c, bits_t v) const {
+    const int64_t o = c < inner ? 0 : c / inner;
+    out[(o * dim_size + k) * inner + (c - o * inner)] = v;
+  }
+  C10_HOST_DEVICE void finalize(int64_t k, int64_t c, int64_t row) const {
+    write(k, c, read(row, c));
   }
 };
 

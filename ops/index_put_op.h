@@ -71,6 +71,7 @@ template <typename bits_t>
 struct IndexPutLastOp {
   using acc_t = int64_t;
   using Combine = Last;
+  using value_type = bits_t;
   bits_t* out;
   const bits_t* src;
   IndexPutRows rows;
@@ -81,6 +82,13 @@ struct IndexPutLastOp {
   }
   C10_HOST_DEVICE int64_t contribution(int64_t i, int64_t) const {
     return i;
+  }
+  // Position pos's element in column c, and its store in row k (the last writer's copy).
+  C10_HOST_DEVICE bits_t read(int64_t pos, int64_t c) const {
+    return src[pos * inner + c];
+  }
+  C10_HOST_DEVICE void write(int64_t k, int64_t c, bits_t v) const {
+    out[k * inner + c] = v;
   }
   C10_HOST_DEVICE void finalize(int64_t k, int64_t c, int64_t pos) const {
     out[k * inner + c] = src[pos * inner + c];

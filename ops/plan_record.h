@@ -48,6 +48,8 @@ inline bool last_writer_table(int64_t n, int64_t num_keys, int64_t D) {
 inline bool last_writer_over_keys(int64_t n, int64_t num_keys) {
   return num_keys <= n;
 }
+// The copy takes this many consecutive pairs per call of its for_each (ops/last_writer_op.h).
+constexpr int kLastWriterPairs = 4;
 // The table's fill (a memset), the winner kernel and the table (docs/engine.md); the copy is a for_each.
 inline EngineCall last_writer_kernels(int64_t n, int64_t num_keys) {
   // Traffic: the table filled; each contribution's key read and its winner raised.
@@ -56,7 +58,8 @@ inline EngineCall last_writer_kernels(int64_t n, int64_t num_keys) {
 // What Engine::last_writer(name, op, n, num_keys, D, like) records.
 inline std::vector<EngineCall> last_writer_calls(int64_t n, int64_t num_keys, int64_t D) {
   if (!last_writer_table(n, num_keys, D)) return {sort_reduce_call(n, num_keys, D, sizeof(int64_t))};
-  return {last_writer_kernels(n, num_keys), for_each_call((last_writer_over_keys(n, num_keys) ? num_keys : n) * D)};
+  const int64_t pairs = (last_writer_over_keys(n, num_keys) ? num_keys : n) * D;
+  return {last_writer_kernels(n, num_keys), for_each_call((pairs + kLastWriterPairs - 1) / kLastWriterPairs)};
 }
 
 // Whether this thread records in plan-only mode: a CPU path that stands for a CUDA engine call records it and

@@ -63,6 +63,7 @@ template <typename bits_t>
 struct PutLastOp {
   using acc_t = int64_t;
   using Combine = Last;
+  using value_type = bits_t;
   bits_t* out;
   const bits_t* src;
   const int64_t* index;
@@ -73,6 +74,13 @@ struct PutLastOp {
   }
   C10_HOST_DEVICE int64_t contribution(int64_t i, int64_t) const {
     return i;
+  }
+  // Position pos's element, and its store at k (the last writer's copy).
+  C10_HOST_DEVICE bits_t read(int64_t pos, int64_t) const {
+    return src[pos];
+  }
+  C10_HOST_DEVICE void write(int64_t k, int64_t, bits_t v) const {
+    out[k] = v;
   }
   C10_HOST_DEVICE void finalize(int64_t k, int64_t, int64_t pos) const {
     out[k] = src[pos];

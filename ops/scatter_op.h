@@ -20,6 +20,7 @@ template <typename bits_t, typename Layout>
 struct ScatterLastOp {
   using acc_t = int64_t;
   using Combine = Last;
+  using value_type = bits_t;
   bits_t* out;        // contiguous
   const bits_t* src;  // strided (a value overload: a 0-d tensor expanded, every stride 0)
   Layout layout;      // ScatterElements or ScatterRows (ops/scatter_add_op.h)
@@ -30,8 +31,15 @@ struct ScatterLastOp {
   C10_HOST_DEVICE int64_t contribution(int64_t i, int64_t) const {
     return i;
   }
+  // The element source position i copies in column c, and its store at key k (the last writer's copy).
+  C10_HOST_DEVICE bits_t read(int64_t i, int64_t c) const {
+    return src[layout.src_offset(i, c)];
+  }
+  C10_HOST_DEVICE void write(int64_t k, int64_t c, bits_t v) const {
+    out[layout.out_offset(k, c)] = v;
+  }
   C10_HOST_DEVICE void finalize(int64_t k, int64_t c, int64_t i) const {
-    out[layout.out_offset(k, c)] = src[layout.src_offset(i, c)];
+    write(k, c, read(i, c));
   }
 };
 

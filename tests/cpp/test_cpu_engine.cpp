@@ -45,6 +45,7 @@ struct TableOp {
 template <typename acc_t>
 struct PositionOp {
   using Combine = detops::Last;
+  using value_type = acc_t;
   const int64_t* keys;
   acc_t* out;
   int64_t* calls;
@@ -58,6 +59,9 @@ struct PositionOp {
     out[slot] = total;
     ++calls[slot];
   }
+  // The last writer's copy: the element of position i, and its store at key k.
+  acc_t read(int64_t i, int64_t c) const { return contribution(i, c); }
+  void write(int64_t k, int64_t c, acc_t v) const { finalize(k, c, v); }
 };
 
 struct Keys {
@@ -186,9 +190,9 @@ TEST(CpuEngine, WrappingIntegersMatchTheSortedPlan) {
 
 // The CUDA engine's last writer by a winner table (ops/last_writer_op.h): winners raised in a shuffled order of
 // the contributions, then each copy (over the keys, over the contributions; 32- and 64-bit pair indices) over
-// its pairs in a shuffled order, against the sorted plan, bit for bit, with one finalize per written slot.
-// Scaled by 4, the 40,007 spread keys outnumber the contributions (the engine copies over the contributions
-// there).
+// its calls of kLastWriterPairs pairs in a shuffled order (with 3 columns, calls cross rows), against the sorted
+// plan, bit for bit, with one write per written slot. Scaled by 4, the 40,007 spread keys outnumber the
+// contributions (the engine copies over the contributions there).
 template <typename index_t>
 void compare_winner_table_copies(std::mt19937& rng) {
   for (const int64_t D : {int64_t{1}, int64_t{3}}) {
@@ -214,16 +218,21 @@ void compare_winner_table_copies(std::mt19937& rng) {
         for (const bool over_keys : {true, false}) {
           std::fill(got.begin(), got.end(), 77);
           std::fill(got_calls.begin(), got_calls.end(), 0);
-          std::vector<int64_t> pairs((over_keys ? num_keys : n) * D);
-          std::iota(pairs.begin(), pairs.end(), int64_t{0});
-          std::shuffle(pairs.begin(), pairs.end(), rng);
+          // The copy's calls (kLastWriterPairs pairs each, the last one partial) in a shuffled order.
+          const int64_t pairs = (over_keys ? num_keys : n) * D;
+          std::vector<int64_t> calls((pairs + detops::plan::kLastWriterPairs - 1) / detops::plan::kLastWriterPairs);
+          std::iota(calls.begin(), calls.end(), int64_t{0});
+          std::shuffle(calls.begin(), calls.end(), rng);
+          const auto d = static_cast<index_t>(D);
+          const auto total = static_cast<index_t>(pairs);
           if (over_keys) {
-            const detops::engine::LastWriterGatherOp<PositionOp<int64_t>, index_t> copy{op, winner.data(), by_columns};
-            for (const int64_t w : pairs) copy(w);
+            const detops::engine::LastWriterGatherOp<PositionOp<int64_t>, index_t> copy{op, winner.data(), by_columns,
+                                                                                       d, total};
+            for (const int64_t w : calls) copy(w);
           } else {
             const detops::engine::LastWriterScatterOp<PositionOp<int64_t>, index_t> copy{op, winner.data(), num_keys,
-                                                                                        by_columns};
-            for (const int64_t w : pairs) copy(w);
+                                                                                        by_columns, d, total};
+            for (const int64_t w : calls) copy(w);
           }
           const std::string what = "D " + std::to_string(D) + ", spread " + std::to_string(spread) + ", scale " +
                                    std::to_string(scale) + (over_keys ? ", over keys" : ", over contributions") +
