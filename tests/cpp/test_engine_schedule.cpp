@@ -16,6 +16,25 @@
 
 namespace {
 
+// Sorted keys in runs of 1..max_run positions each, at least min_size of them, cut to a random length.
+std::vector<uint32_t> sorted_runs(std::mt19937& rng, int max_run, size_t min_size) {
+  std::vector<uint32_t> keys;
+  for (uint32_t key = 0; keys.size() < min_size; ++key) {
+    keys.insert(keys.end(), std::uniform_int_distribution<int>(1, max_run)(rng), key);
+  }
+  keys.resize(std::uniform_int_distribution<size_t>(1, keys.size())(rng));
+  return keys;
+}
+
+// The first position and one past the last of each sorted position's run of equal keys, by a scan.
+void run_bounds(const std::vector<uint32_t>& keys, std::vector<int32_t>& start, std::vector<int32_t>& end) {
+  const auto n = static_cast<int32_t>(keys.size());
+  start.resize(n);
+  end.resize(n);
+  for (int32_t p = 0; p < n; ++p) start[p] = p > 0 && keys[p - 1] == keys[p] ? start[p - 1] : p;
+  for (int32_t p = n - 1; p >= 0; --p) end[p] = p + 1 < n && keys[p + 1] == keys[p] ? end[p + 1] : p + 1;
+}
+
 // Emulates plan_segments (the stable sort, then the heads of long segments taking their slots from a counter,
 // in a shuffled order as atomics may, and the tiles' segment starts) and reduce_plan (level 0 with the slot tables, the levels) with shuffled
 // threads; checks every position's slots and block against its segment, found by a direct scan.
@@ -29,9 +48,8 @@ void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std:
   std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) { return unsorted[a] < unsorted[b]; });
   std::vector<uint32_t> keys(n);
   for (int32_t p = 0; p < n; ++p) keys[p] = unsorted[perm[p]];
-  std::vector<int32_t> start(n), end(n);
-  for (int32_t p = 0; p < n; ++p) start[p] = p > 0 && keys[p - 1] == keys[p] ? start[p - 1] : p;
-  for (int32_t p = n - 1; p >= 0; --p) end[p] = p + 1 < n && keys[p + 1] == keys[p] ? end[p + 1] : p + 1;
+  std::vector<int32_t> start, end;
+  run_bounds(keys, start, end);
   const auto is_long = [&](int32_t p) { return keys[p] < num_keys && end[p] - start[p] > kBlock; };
 
   const int32_t max_slots = n / 16 + 1;
@@ -220,18 +238,10 @@ TEST(EngineSchedule, SegmentSearchesFindTheRun) {
   std::mt19937 rng(11);
   constexpr int32_t kBlock = detops::kBlock;
   for (int trial = 0; trial < 100; ++trial) {
-    std::vector<uint32_t> keys;
-    uint32_t key = 0;
-    const int max_run = trial % 3 == 0 ? 40 : (trial % 3 == 1 ? 300 : 3000);
-    while (keys.size() < 6000) {
-      keys.insert(keys.end(), std::uniform_int_distribution<int>(1, max_run)(rng), key);
-      ++key;
-    }
-    keys.resize(std::uniform_int_distribution<size_t>(1, keys.size())(rng));
+    const std::vector<uint32_t> keys = sorted_runs(rng, trial % 3 == 0 ? 40 : (trial % 3 == 1 ? 300 : 3000), 6000);
     const int32_t n = static_cast<int32_t>(keys.size());
-    std::vector<int32_t> start(n), end(n);
-    for (int32_t p = 0; p < n; ++p) start[p] = p > 0 && keys[p - 1] == keys[p] ? start[p - 1] : p;
-    for (int32_t p = n - 1; p >= 0; --p) end[p] = p + 1 < n && keys[p + 1] == keys[p] ? end[p + 1] : p + 1;
+    std::vector<int32_t> start, end;
+    run_bounds(keys, start, end);
     for (int32_t p = 0; p < n; ++p) {
       ASSERT_EQ(detops::engine::segment_start(keys.data(), p, keys[p]), start[p]) << trial << " " << p;
       if (start[p] == p && end[p] - p > kBlock) {
@@ -246,14 +256,7 @@ TEST(EngineSchedule, SegmentSearchesFindTheRun) {
 TEST(EngineSchedule, BlockCountIsTheRunWithinOneBlock) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
-    std::vector<uint32_t> keys;
-    uint32_t key = 0;
-    const int max_run = trial % 4 == 0 ? 3 : (trial % 4 == 1 ? 40 : 100);
-    while (keys.size() < 300) {
-      keys.insert(keys.end(), std::uniform_int_distribution<int>(1, max_run)(rng), key);
-      ++key;
-    }
-    keys.resize(std::uniform_int_distribution<size_t>(1, keys.size())(rng));
+    const std::vector<uint32_t> keys = sorted_runs(rng, trial % 4 == 0 ? 3 : (trial % 4 == 1 ? 40 : 100), 300);
     const int32_t n = static_cast<int32_t>(keys.size());
     for (int32_t p = 0; p < n; ++p) {
       int32_t expected = 0;
