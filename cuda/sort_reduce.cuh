@@ -320,7 +320,8 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
   const int bits = plan::sort_bits_for(num_keys, call.key_bytes);
   const bool single = !kChunk && plan::single_block(call);
   const plan::Layout layout = plan::layout_for(call, single ? 0 : cub_temp_bytes(n, call.key_bytes, bits));
-  // The call's one allocation: keys, positions, segment firsts, slot tables, scratch and CUB's temp storage.
+  // The call's one allocation: keys, positions, the long segments' first slots, the tiles' segment starts, slot
+  // tables, scratch and CUB's temp storage.
   at::Tensor workspace = empty_scratch({layout.total}, device_options.dtype(at::kByte));
   char* ws = static_cast<char*>(workspace.data_ptr());
   if constexpr (!kChunk) {

@@ -150,8 +150,7 @@ C10_HOST_DEVICE inline int32_t block_count(const KeyT* keys, int32_t n, int32_t 
 // Its key, the key before it and the key at the start of its tile settle most positions: a head; a position
 // whose segment started inside its tile (so less than kBlock before it) leads nothing; the others take their
 // segment's start from the tile's (tile_start, not read in the first tile, so it may be null for n <= kBlock).
-// A long segment's leader takes its slot from the first one its
-// head recorded (seg_first).
+// A long segment's leader takes its slot from the first one its head recorded (seg_first).
 template <typename KeyT>
 C10_HOST_DEVICE inline Level0Block level0_block(const KeyT* keys, const int32_t* seg_first, const int32_t* tile_start,
                                                 int32_t n, int64_t num_keys, int32_t p) {

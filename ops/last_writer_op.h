@@ -29,7 +29,8 @@ C10_HOST_DEVICE inline int64_t last_writer_key(int64_t key, int64_t num_keys) {
 using plan::kLastWriterPairs;
 
 // The copy over keys (plan::last_writer_over_keys): pair w = k * D + c copies the key's winner's element (-1:
-// none). index_t: int32_t where the pairs number below 2^31 (a multiply for the division), else int64_t.
+// none). index_t: int32_t where the pairs number at most 2^31 - 1 - kLastWriterPairs (a multiply for the
+// division), else int64_t.
 // NB: every pair is written by one call, from the winner alone, so the schedule cannot show.
 template <typename Op, typename index_t>
 struct LastWriterGatherOp {

@@ -36,8 +36,9 @@ void run_bounds(const std::vector<uint32_t>& keys, std::vector<int32_t>& start, 
 }
 
 // Emulates plan_segments (the stable sort, then the heads of long segments taking their slots from a counter,
-// in a shuffled order as atomics may, and the tiles' segment starts) and reduce_plan (level 0 with the slot tables, the levels) with shuffled
-// threads; checks every position's slots and block against its segment, found by a direct scan.
+// in a shuffled order as atomics may, and the tiles' segment starts) and reduce_plan (level 0 with the slot
+// tables, the levels) with shuffled threads; checks every position's slots, tile start and block against its
+// segment, found by a direct scan.
 template <typename acc_t, typename Op>
 void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std::mt19937& rng) {
   constexpr int32_t kBlock = detops::kBlock;
