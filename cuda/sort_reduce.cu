@@ -66,25 +66,27 @@ __global__ void long_segments_kernel(const KeyT* keys, int32_t n, int64_t num_ke
 
 // CUB temp sizes depend on the device and the problem, not on the data: queried once per shape.
 std::mutex temp_mutex;
-std::map<std::tuple<int, int64_t, int64_t, int>, int64_t> temp_cache;
+std::map<std::tuple<int, int64_t, int64_t, int, int64_t>, int64_t> temp_cache;
 
-template <typename KeyT>
+template <typename KeyT, typename ValueT>
 int64_t query_temp_bytes(int32_t n, int bits) {
   size_t sort_bytes = 0;
   cub::DoubleBuffer<KeyT> keys(nullptr, nullptr);
-  cub::DoubleBuffer<int32_t> values(nullptr, nullptr);
+  cub::DoubleBuffer<ValueT> values(nullptr, nullptr);
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, values, n, 0, bits));
   return static_cast<int64_t>(sort_bytes);
 }
 
-template <typename KeyT>
+// ValueT: int32_t for source positions and 4-byte contributions (their bits: the sort only moves them),
+// uint64_t for 8-byte contributions.
+template <typename KeyT, typename ValueT>
 SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys) {
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int bits = plan::sort_bits_for(num_keys, sizeof(KeyT));
   // NB: radix sort is stable, so equal keys keep source order. Sort only the bits num_keys needs.
   cub::DoubleBuffer<KeyT> keys(reinterpret_cast<KeyT*>(ws + layout.keys[0]), reinterpret_cast<KeyT*>(ws + layout.keys[1]));
-  cub::DoubleBuffer<int32_t> values(reinterpret_cast<int32_t*>(ws + layout.pos[0]),
-                                    reinterpret_cast<int32_t*>(ws + layout.pos[1]));
+  cub::DoubleBuffer<ValueT> values(reinterpret_cast<ValueT*>(ws + layout.pos[0]),
+                                   reinterpret_cast<ValueT*>(ws + layout.pos[1]));
   size_t bytes = static_cast<size_t>(layout.temp_bytes);
   // NB: the temp pointer is never null (layout_for gives at least one byte): a null one would make this a size query.
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + layout.temp, bytes, keys, values, n, 0, bits, stream));
@@ -107,21 +109,31 @@ SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64
 
 }  // namespace
 
-int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits) {
-  const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), n, key_bytes, bits);
+int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_bytes) {
+  TORCH_CHECK(value_bytes == 4 || (value_bytes == 8 && key_bytes == 4),
+              "detops: the sort-reduce engine sorts 4-byte values, or 8-byte ones with 32-bit keys; got ", value_bytes,
+              " bytes with ", key_bytes, "-byte keys");
+  const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), n, key_bytes, bits, value_bytes);
   const std::lock_guard<std::mutex> lock(temp_mutex);
   const auto it = temp_cache.find(key);
   if (it != temp_cache.end()) return it->second;
-  const int64_t bytes = key_bytes == 8 ? query_temp_bytes<uint64_t>(static_cast<int32_t>(n), bits)
-                                       : query_temp_bytes<uint32_t>(static_cast<int32_t>(n), bits);
+  const auto m = static_cast<int32_t>(n);
+  const int64_t bytes = key_bytes == 8     ? query_temp_bytes<uint64_t, int32_t>(m, bits)
+                        : value_bytes == 8 ? query_temp_bytes<uint32_t, uint64_t>(m, bits)
+                                           : query_temp_bytes<uint32_t, int32_t>(m, bits);
   temp_cache.emplace(key, bytes);
   return bytes;
 }
 
-SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes) {
+SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes,
+                             int64_t value_bytes) {
   TORCH_CHECK(n > 0, "detops: the sort-reduce engine's plan needs at least one contribution");
-  if (key_bytes == 8) return plan_typed<uint64_t>(ws, layout, n, num_keys);
-  return plan_typed<uint32_t>(ws, layout, n, num_keys);
+  TORCH_CHECK(value_bytes == 4 || (value_bytes == 8 && key_bytes == 4),
+              "detops: the sort-reduce engine sorts 4-byte values, or 8-byte ones with 32-bit keys; got ", value_bytes,
+              " bytes with ", key_bytes, "-byte keys");
+  if (key_bytes == 8) return plan_typed<uint64_t, int32_t>(ws, layout, n, num_keys);
+  if (value_bytes == 8) return plan_typed<uint32_t, uint64_t>(ws, layout, n, num_keys);
+  return plan_typed<uint32_t, int32_t>(ws, layout, n, num_keys);
 }
 
 void select_chunk_positions(const uint32_t* mask, int64_t n, int64_t* pos, const at::TensorOptions& device_options) {

@@ -55,36 +55,40 @@ inline Launch2D launch_2d(int64_t rows, int64_t cols) {
 }
 
 // One thread per contribution: its destination key, or num_keys (sorted last, never written) if invalid or
-// skipped (kSkipKey, ops/contract.h), and its source position (the radix sort's values). The first thread
-// zeroes the slot counter (num_slots, null without levels) that the heads of long segments take their slots
-// from after the sort. NB: positions are computed in 64 bits before the bound check: near 2^31 contributions
-// the 32-bit product of block and thread indices would wrap past the check.
-template <typename KeyT, typename Op>
-__global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, KeyT* keys, int32_t* positions,
-                                 int32_t* num_slots) {
+// skipped (kSkipKey, ops/contract.h), and the radix sort's value: its source position, or where the sort
+// carries the contributions (values not null, plan::carries_values) its D columns (engine::store_contributions),
+// read here in source order. The first thread zeroes the slot counter (num_slots, null without levels) that the
+// heads of long segments take their slots from after the sort. NB: positions are computed in 64 bits before
+// the bound check: near 2^31 contributions the 32-bit product of block and thread indices would wrap past the
+// check.
+template <typename acc_t, typename KeyT, typename Op>
+__global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, int32_t D, KeyT* keys, int32_t* positions,
+                                 acc_t* values, int32_t* num_slots) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n) return;
   if (i == 0 && num_slots != nullptr) *num_slots = 0;
-  positions[i] = static_cast<int32_t>(i);
   const int64_t k = op.key(i);
-  if (k == kSkipKey) {
-    keys[i] = static_cast<KeyT>(num_keys);
-    return;
-  }
-  const bool ok = k >= 0 && k < num_keys;
+  const bool skip = k == kSkipKey;
+  const bool ok = skip || (k >= 0 && k < num_keys);
   CUDA_KERNEL_ASSERT(ok && "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
-  keys[i] = static_cast<KeyT>(ok ? k : num_keys);
+  const bool valid = !skip && ok;
+  keys[i] = static_cast<KeyT>(valid ? k : num_keys);
+  if (values != nullptr) {
+    engine::store_contributions(op, i, valid, D, values);
+  } else {
+    positions[i] = static_cast<int32_t>(i);
+  }
 }
 
 // Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_block once, then
 // engine::level0_fold per column). The first column's thread of a long segment's leader also records its
 // slot (engine::record_slot). NB: launch bounds of 4 blocks of 256 per SM cap the kernel at 64 registers (the
 // fold of a block is otherwise unrolled into ~170).
-template <typename acc_t, typename KeyT, typename Op>
-__global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys, const int32_t* perm,
-                                                     const int32_t* seg_first, const int32_t* tile_start,
-                                                     int32_t n, int64_t num_keys, int32_t D, acc_t* scratch,
-                                                     int32_t* slot_first, int32_t* slot_pos) {
+template <typename acc_t, typename KeyT, typename Op, typename Src>
+__global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys, Src src, const int32_t* seg_first,
+                                                     const int32_t* tile_start, int32_t n, int64_t num_keys,
+                                                     int32_t D, acc_t* scratch, int32_t* slot_first,
+                                                     int32_t* slot_pos) {
   const int64_t p64 = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   if (p64 >= n) return;
   const int32_t p = static_cast<int32_t>(p64);
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys,
   if (b.count == 0) return;
   if (blockIdx.y == 0 && threadIdx.x == 0) engine::record_slot(b, p, slot_first, slot_pos);
   for (int32_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += gridDim.y * blockDim.x) {
-    engine::level0_fold<acc_t>(op, perm, b, D, scratch, p, c);
+    engine::level0_fold<acc_t>(op, src, b, D, scratch, p, c);
   }
 }
 
@@ -173,11 +177,12 @@ __global__ void __launch_bounds__(256, 4) level_rows_kernel(Op op, const KeyT* k
   }
 }
 
-// Level 0 and the levels above over the sorted plan. kWarpRows = false keeps to the one-thread-per-(position or
-// slot, column) kernels (a key chunk's plan, sort_reduce_plan).
-template <typename acc_t, typename KeyT, bool kWarpRows, typename Op>
-void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const SortedSegments& sorted, int32_t n,
-                 int64_t num_keys, int32_t D) {
+// Level 0 and the levels above over the sorted plan, level 0 taking the contributions from src (the permutation,
+// or engine::SortedValues where the sort carried them). kWarpRows = false keeps to the one-thread-per-(position or
+// slot, column) kernels (a key chunk's plan, and the calls whose sort carries their contributions: sort_reduce_plan).
+template <typename acc_t, typename KeyT, bool kWarpRows, typename Op, typename Src>
+void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const SortedSegments& sorted, const Src& src,
+                 int32_t n, int64_t num_keys, int32_t D) {
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const bool levels = layout.levels > 0;
   auto* scratch = levels ? reinterpret_cast<acc_t*>(ws + layout.scratch) : nullptr;
@@ -187,14 +192,14 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
   const KeyT* keys = static_cast<const KeyT*>(sorted.keys);
   const auto level0 = [&] {
     const Launch2D l0 = launch_2d(n, D);
-    level0_kernel<acc_t, KeyT, Op><<<l0.grid, l0.block, 0, stream>>>(op, keys, sorted.perm, sorted.seg_first,
-                                                                     sorted.tile_start, n, num_keys, D, scratch,
-                                                                     slot_first, slot_pos);
+    level0_kernel<acc_t, KeyT, Op, Src><<<l0.grid, l0.block, 0, stream>>>(op, keys, src, sorted.seg_first,
+                                                                          sorted.tile_start, n, num_keys, D, scratch,
+                                                                          slot_first, slot_pos);
   };
   if constexpr (kWarpRows) {
     if (D >= kWarpRowsMinD && int64_t{n} >= kWarpRowsMinPerKey * num_keys) {
       const auto grid = static_cast<unsigned>((int64_t{n} + 255) / 256);
-      level0_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, sorted.perm, sorted.seg_first,
+      level0_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, src, sorted.seg_first,
                                                                     sorted.tile_start, n, num_keys, D, scratch,
                                                                     slot_first, slot_pos);
     } else {
@@ -319,9 +324,13 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
                               kChunk ? int64_t{8} : plan::key_bytes_for(num_keys)};
   const int bits = plan::sort_bits_for(num_keys, call.key_bytes);
   const bool single = !kChunk && plan::single_block(call);
-  const plan::Layout layout = plan::layout_for(call, single ? 0 : cub_temp_bytes(n, call.key_bytes, bits));
-  // The call's one allocation: keys, positions, the long segments' first slots, the tiles' segment starts, slot
-  // tables, scratch and CUB's temp storage.
+  // NB: a key chunk never carries its contributions (64-bit keys).
+  const bool carry = !kChunk && plan::carries_values(call);
+  const int64_t value_bytes = plan::sort_value_bytes(call);
+  const plan::Layout layout =
+      plan::layout_for(call, single ? 0 : cub_temp_bytes(n, call.key_bytes, bits, value_bytes));
+  // The call's one allocation: keys, their values (positions or contributions), the long segments' first slots,
+  // the tiles' segment starts, slot tables, scratch and CUB's temp storage.
   at::Tensor workspace = empty_scratch({layout.total}, device_options.dtype(at::kByte));
   char* ws = static_cast<char*>(workspace.data_ptr());
   if constexpr (!kChunk) {
@@ -353,13 +362,23 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
   auto* positions = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
   const auto multi = [&](auto* keys) {
     using KeyT = std::remove_pointer_t<decltype(keys)>;
-    make_keys_kernel<KeyT, Op><<<blocks, 256, 0, stream>>>(
-        op, static_cast<int32_t>(n), num_keys, keys, positions,
+    make_keys_kernel<acc_t, KeyT, Op><<<blocks, 256, 0, stream>>>(
+        op, static_cast<int32_t>(n), num_keys, static_cast<int32_t>(D), keys, positions,
+        carry ? reinterpret_cast<acc_t*>(ws + layout.pos[0]) : nullptr,
         layout.levels > 0 ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    const SortedSegments sorted = plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes);
-    reduce_plan<acc_t, KeyT, !kChunk>(op, ws, layout, sorted, static_cast<int32_t>(n), num_keys,
-                                      static_cast<int32_t>(D));
+    const SortedSegments sorted =
+        plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes, value_bytes);
+    if constexpr (!kChunk && std::is_same_v<KeyT, uint32_t>) {
+      if (carry) {
+        const engine::SortedValues<acc_t> src{static_cast<const acc_t*>(sorted.values)};
+        reduce_plan<acc_t, KeyT, false>(op, ws, layout, sorted, src, static_cast<int32_t>(n), num_keys,
+                                        static_cast<int32_t>(D));
+        return;
+      }
+    }
+    reduce_plan<acc_t, KeyT, !kChunk>(op, ws, layout, sorted, static_cast<const int32_t*>(sorted.values),
+                                      static_cast<int32_t>(n), num_keys, static_cast<int32_t>(D));
   };
   if constexpr (kChunk) {
     multi(reinterpret_cast<uint64_t*>(ws + layout.keys[0]));

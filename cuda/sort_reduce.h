@@ -14,22 +14,25 @@ namespace detops::cuda {
 
 struct SortedSegments {
   const void* keys = nullptr;           // [n] sorted destination keys (uint32 or uint64)
-  const int32_t* perm = nullptr;        // [n] source positions in sorted order
+  const void* values = nullptr;         // [n] the sorted values: source positions (int32, the permutation) or
+                                        // the contributions where the sort carried them (plan::carries_values)
   const int32_t* seg_first = nullptr;   // [n] the first scratch slot of each long segment, at its head
   const int32_t* tile_start = nullptr;  // [n / kBlock + 1] the segment start of each tile's first position
                                         // (both null without tree levels)
 };
 
-// Bytes of CUB temp storage a call needs (the radix sort's), queried once per (device, n, key width, bits) and
-// cached.
-int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits);
+// Bytes of CUB temp storage a call needs (the radix sort's), queried once per (device, n, key width, bits, value
+// width) and cached.
+int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_bytes);
 
 // ws: the call's workspace, whose layout.keys[0] / layout.pos[0] hold the unsorted keys (values in
-// [0, num_keys]; num_keys marks an invalid contribution, sorted last and never written) and their source
-// positions. Sorts (key, position) stably, gives the long segments their scratch slots (the counter at
-// layout.num_slots zeroed by the key kernel) and the tiles their segment starts, on the current stream, no
-// host sync.
-SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes);
+// [0, num_keys]; num_keys marks an invalid contribution, sorted last and never written) and their values of
+// value_bytes each (plan::sort_value_bytes): source positions (4), or the contributions where the call carries
+// them (4 or 8, 32-bit keys only). Sorts (key, value) stably, gives the long segments their scratch slots (the
+// counter at layout.num_slots zeroed by the key kernel) and the tiles their segment starts, on the current
+// stream, no host sync.
+SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes,
+                             int64_t value_bytes);
 
 // A key chunk's compaction (cuda/chunked.cuh): writes to pos, in increasing order, the positions i < n whose
 // bit (i % 32) of mask[i / 32] is set, on the current stream. NB: stable, so each destination's contributions

@@ -179,12 +179,42 @@ C10_HOST_DEVICE inline void record_slot(const Level0Block& b, int32_t p, int32_t
   slot_pos[b.slot] = p;
 }
 
-// Level 0's fold of block b (led by sorted position p) in column c: a segment of one block is finished here,
-// longer ones leave their block sums in scratch. NB: the contributions are loaded kLoadGroup at a time
-// before they are folded, so the loads are independent instead of one chain; the fold is still fold_block's
-// left fold in source order.
+// Where level 0 takes the contribution at a sorted position. By default through the permutation: the op's
+// contribution at the source position (a gather). Where a call's contributions fit in the 8 bytes per position
+// the radix sort can carry (plan::carries_values), the key kernel stores them in source order
+// (store_contributions) and the sort moves them with their keys instead of the positions: level 0 then reads
+// them in sorted order, with no gather. NB: the same values either way, folded in the same order.
+template <typename acc_t>
+struct SortedValues {
+  const acc_t* values;  // [n][D], in sorted order
+};
+
 template <typename acc_t, typename Op>
-C10_HOST_DEVICE inline void level0_fold(const Op& op, const int32_t* perm, const Level0Block& b, int64_t D,
+C10_HOST_DEVICE inline acc_t sorted_contribution(const Op& op, const int32_t* perm, int32_t q, int64_t /*D*/,
+                                                 int64_t c) {
+  return op.contribution(perm[q], c);
+}
+
+template <typename acc_t, typename Op>
+C10_HOST_DEVICE inline acc_t sorted_contribution(const Op& /*op*/, const SortedValues<acc_t>& sorted, int32_t q,
+                                                 int64_t D, int64_t c) {
+  return sorted.values[int64_t{q} * D + c];
+}
+
+// The key kernel's step where the sort carries the contributions: source position i's D columns, computed only
+// where its key is valid (a skipped or invalid contribution is never read, and may not be computable: its
+// columns are zeros).
+template <typename acc_t, typename Op>
+C10_HOST_DEVICE inline void store_contributions(const Op& op, int64_t i, bool valid, int64_t D, acc_t* values) {
+  for (int64_t c = 0; c < D; ++c) values[i * D + c] = valid ? op.contribution(i, c) : acc_t{};
+}
+
+// Level 0's fold of block b (led by sorted position p) in column c: a segment of one block is finished here,
+// longer ones leave their block sums in scratch. src gives the contributions (sorted_contribution). NB: the
+// contributions are loaded kLoadGroup at a time before they are folded, so the loads are independent instead
+// of one chain; the fold is still fold_block's left fold in source order.
+template <typename acc_t, typename Op, typename Src>
+C10_HOST_DEVICE inline void level0_fold(const Op& op, const Src& src, const Level0Block& b, int64_t D,
                                         acc_t* scratch, int32_t p, int64_t c) {
   static_assert(kBlock % kLoadGroup == 0, "level0_fold loads whole groups");
   const auto combine = combine_of_t<Op>();
@@ -193,7 +223,7 @@ C10_HOST_DEVICE inline void level0_fold(const Op& op, const int32_t* perm, const
     acc_t v[kLoadGroup];
 #pragma unroll
     for (int j = 0; j < kLoadGroup; ++j) {
-      if (g + j < b.count) v[j] = op.contribution(perm[p + g + j], c);
+      if (g + j < b.count) v[j] = sorted_contribution<acc_t>(op, src, p + g + j, D, c);
     }
 #pragma unroll
     for (int j = 0; j < kLoadGroup; ++j) {
@@ -210,14 +240,14 @@ C10_HOST_DEVICE inline void level0_fold(const Op& op, const int32_t* perm, const
 // Level 0 for sorted position p and column c: the leader of each block folds it, and records its slot in the
 // first column. The kernels that run many columns per position take level0_block once and level0_fold per
 // column instead.
-template <typename acc_t, typename KeyT, typename Op>
-C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const int32_t* perm, const int32_t* seg_first,
+template <typename acc_t, typename KeyT, typename Op, typename Src>
+C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const Src& src, const int32_t* seg_first,
                                         const int32_t* tile_start, int32_t n, int64_t num_keys, int64_t D,
                                         acc_t* scratch, int32_t* slot_first, int32_t* slot_pos, int32_t p, int64_t c) {
   const Level0Block b = level0_block(keys, seg_first, tile_start, n, num_keys, p);
   if (b.count == 0) return;
   if (c == 0) record_slot(b, p, slot_first, slot_pos);
-  level0_fold<acc_t>(op, perm, b, D, scratch, p, c);
+  level0_fold<acc_t>(op, src, b, D, scratch, p, c);
 }
 
 // A level-L group led by scratch slot q: its item count, and the key it finishes (finish) if it covers a

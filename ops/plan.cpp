@@ -70,8 +70,9 @@ Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes) {
   const bool single = single_block(call);
   l.keys[0] = carve(n * kb);
   if (!single) l.keys[1] = carve(n * kb);
-  l.pos[0] = carve(n * 4);
-  if (!single) l.pos[1] = carve(n * 4);
+  const int64_t vb = sort_value_bytes(call);
+  l.pos[0] = carve(n * vb);
+  if (!single) l.pos[1] = carve(n * vb);
   l.levels = tree_levels(n);
   if (l.levels > 0) {
     l.seg_first = carve(n * 4);
@@ -125,6 +126,7 @@ PlanSummary plan_for(const EngineCall& call) {
   const Layout l = layout_for(call, predicted_cub_temp_bytes(n, kb, bits));
   s.sort_bits = bits;
   s.levels = l.levels;
+  s.value_bytes = sort_value_bytes(call);
   s.allocations = 1;
   s.workspace_bytes = l.total;
   if (single_block(call)) {
@@ -142,22 +144,27 @@ PlanSummary plan_for(const EngineCall& call) {
     s.memsets += ops.memsets;
   };
   const int64_t passes = n <= kCubSingleTileItems ? 1 : ceil_div(bits, kOnesweepRadixBits);
-  // The key kernel: keys and source positions.
+  const bool carry = carries_values(call);
+  const int64_t vb = s.value_bytes;
+  // The contributions, read once: by the key kernel in source order where the sort carries them, else by level 0
+  // through the permutation.
+  const int64_t contributions = n * D * acc;
+  // The key kernel: keys and their values (source positions, or the contributions).
   s.launches += 1;
-  s.bytes_moved += n * (kb + 4);
-  // The stable radix sort of (key, position): a histogram read, then each pass reads and writes both.
+  s.bytes_moved += n * (kb + vb) + (carry ? contributions : 0);
+  // The stable radix sort of (key, value): a histogram read, then each pass reads and writes both.
   add(cub_radix_sort_ops(n, bits));
-  s.bytes_moved += (n > kCubSingleTileItems ? n * kb : 0) + passes * 2 * n * (kb + 4);
+  s.bytes_moved += (n > kCubSingleTileItems ? n * kb : 0) + passes * 2 * n * (kb + vb);
   // The long segments' slots (with tree levels): sorted keys read (3 per position, mostly cached: counted
   // once); a word per long segment written.
   if (s.levels > 0) {
     s.launches += 1;
     s.bytes_moved += n * kb;
   }
-  // Level 0 (and the slot tables): keys (3 per position, mostly cached: counted once), permutation; the
-  // contributions; the results.
+  // Level 0 (and the slot tables): keys (3 per position, mostly cached: counted once), the sorted values; the
+  // contributions through the permutation unless the sort carried them; the results.
   s.launches += 1;
-  s.bytes_moved += n * (kb + 4) + n * D * acc + std::min(n, call.num_keys) * D * acc;
+  s.bytes_moved += n * (kb + vb) + (carry ? 0 : contributions) + std::min(n, call.num_keys) * D * acc;
   // Levels 1..levels, one launch each over the slots.
   s.launches += s.levels;
   s.bytes_moved += s.levels * (2 * l.max_slots * 4 + 2 * (n / kBlock) * D * acc);
@@ -201,7 +208,7 @@ EngineCall call_from_list(const std::vector<int64_t>& f) {
 
 std::vector<int64_t> to_list(const PlanSummary& s) {
   return {static_cast<int64_t>(s.path), s.launches,  s.memsets,   s.stream_ops(), s.allocations,
-          s.workspace_bytes,            s.bytes_moved, s.sort_bits, s.levels};
+          s.workspace_bytes,            s.bytes_moved, s.sort_bits, s.levels,       s.value_bytes};
 }
 
 }  // namespace detops::plan

@@ -6,6 +6,7 @@
 // engines). docs/engine.md explains the counting.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -34,6 +35,8 @@ struct PlanSummary {
   int64_t bytes_moved = 0;      // predicted global-memory traffic (docs/engine.md)
   int64_t sort_bits = 0;        // bits the radix sort sorts
   int64_t levels = 0;           // tree levels above level 0 launched
+  int64_t value_bytes = 0;      // bytes the radix sort carries with each key: 4 (the source position) or, where
+                                // carries_values, the contribution's D columns
   int64_t stream_ops() const { return launches + memsets; }
 };
 
@@ -73,11 +76,28 @@ inline bool single_block(const EngineCall& call) {
          call.n * call.D <= kSingleBlockMaxWork;
 }
 
+// The radix sort carries each contribution's D columns with its key, instead of its source position, where they
+// fit in the 8 bytes of a sort value (D * acc_bytes of 4 or 8), the keys are 32-bit and the positions too: the
+// key kernel computes them in source order, and level 0 reads them in sorted order instead of gathering them
+// through the permutation (engine::SortedValues, cuda/sort_reduce_steps.h). Not on the single-block path (its
+// sort is in registers) nor for a key chunk of a larger call (64-bit keys).
+inline bool carries_values(const EngineCall& call) {
+  const int64_t bytes = call.D * call.acc_bytes;
+  const int64_t key_bytes = call.key_bytes > 0 ? call.key_bytes : key_bytes_for(call.num_keys);
+  return call.kind == Kind::kSortReduce && !single_block(call) && call.n <= INT32_MAX && key_bytes == 4 &&
+         (bytes == 4 || bytes == 8);
+}
+// Bytes of the radix sort's value per contribution.
+inline int64_t sort_value_bytes(const EngineCall& call) {
+  return carries_values(call) ? call.D * call.acc_bytes : 4;
+}
+
 // The workspace of one sort-reduce call: one allocation, carved at kAlign-aligned offsets (bytes).
 constexpr int64_t kAlign = 256;
 struct Layout {
   int64_t keys[2] = {0, 0};  // the radix sort's double buffer of keys: [n] x key_bytes each (single block: [0])
-  int64_t pos[2] = {0, 0};   // and of positions / the permutation: [n] int32 each (single block: [0])
+  int64_t pos[2] = {0, 0};   // and of its values: [n] int32 positions (the permutation once sorted), or [n][D]
+                             // contributions where carries_values (single block: positions, [0] only)
   int64_t seg_first = 0;     // [n] int32: each long segment's first scratch slot, at its head (levels > 0 only,
                              // as the rest)
   int64_t tile_start = 0;    // [n / kBlock + 1] int32: the segment start of each tile's first position

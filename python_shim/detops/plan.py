@@ -22,7 +22,7 @@ __all__ = ["CallPlan", "Plan", "plan_summary", "summarize", "case_plan", "build_
 
 CALL_FIELDS = ("kind", "n", "num_keys", "D", "acc_bytes", "key_bytes")
 SUMMARY_FIELDS = ("path", "launches", "memsets", "stream_ops", "allocations", "workspace_bytes", "bytes_moved",
-                  "sort_bits", "levels")
+                  "sort_bits", "levels", "value_bytes")
 KINDS = ("sort_reduce", "for_each", "count", "kernel")
 PATHS = ("empty", "gather", "count", "single_block", "multi", "kernel")
 TOTALS = ("launches", "memsets", "stream_ops", "allocations", "workspace_bytes", "bytes_moved")

@@ -3,8 +3,10 @@
 #include "cuda/sort_reduce_steps.h"
 #include "ops/index_add_op.h"
 #include "ops/index_add.h"
+#include "ops/nll_loss2d_op.h"
 #include "ops/scatter_add.h"
 #include "ops/scatter_add_op.h"
+#include "ops/sort_reduce_cpu.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -35,12 +37,14 @@ void run_bounds(const std::vector<uint32_t>& keys, std::vector<int32_t>& start, 
   for (int32_t p = n - 1; p >= 0; --p) end[p] = p + 1 < n && keys[p + 1] == keys[p] ? end[p + 1] : p + 1;
 }
 
-// Emulates plan_segments (the stable sort, then the heads of long segments taking their slots from a counter,
-// in a shuffled order as atomics may, and the tiles' segment starts) and reduce_plan (level 0 with the slot
-// tables, the levels) with shuffled threads; checks every position's slots, tile start and block against its
-// segment, found by a direct scan.
+// Emulates the key kernel and plan_segments (the stable sort, then the heads of long segments taking their slots
+// from a counter, in a shuffled order as atomics may, and the tiles' segment starts) and reduce_plan (level 0
+// with the slot tables, the levels) with shuffled threads; checks every position's slots, tile start and block
+// against its segment, found by a direct scan. With carry, the sort carries the contributions
+// (engine::store_contributions in source order, sorted with the keys) and level 0 reads them from
+// engine::SortedValues instead of through the permutation.
 template <typename acc_t, typename Op>
-void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std::mt19937& rng) {
+void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, bool carry, std::mt19937& rng) {
   constexpr int32_t kBlock = detops::kBlock;
   std::vector<uint32_t> unsorted(n);
   for (int32_t i = 0; i < n; ++i) unsorted[i] = static_cast<uint32_t>(op.key(i));
@@ -49,6 +53,18 @@ void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std:
   std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) { return unsorted[a] < unsorted[b]; });
   std::vector<uint32_t> keys(n);
   for (int32_t p = 0; p < n; ++p) keys[p] = unsorted[perm[p]];
+  // The carried contributions: stored in source order, then moved with their keys.
+  std::vector<acc_t> stored(static_cast<size_t>(n * D), acc_t(-777));
+  std::vector<acc_t> values(static_cast<size_t>(n * D), acc_t(-777));
+  if (carry) {
+    for (int32_t i = 0; i < n; ++i) {
+      detops::engine::store_contributions(op, i, unsorted[i] < num_keys, D, stored.data());
+    }
+    for (int32_t p = 0; p < n; ++p) {
+      std::copy_n(stored.begin() + int64_t{perm[p]} * D, D, values.begin() + int64_t{p} * D);
+    }
+  }
+  const detops::engine::SortedValues<acc_t> sorted_values{values.data()};
   std::vector<int32_t> start, end;
   run_bounds(keys, start, end);
   const auto is_long = [&](int32_t p) { return keys[p] < num_keys && end[p] - start[p] > kBlock; };
@@ -93,8 +109,13 @@ void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, std:
     for (int64_t c = 0; c < D; ++c) threads.emplace_back(p, c);
   std::shuffle(threads.begin(), threads.end(), rng);
   for (auto [p, c] : threads) {
-    detops::engine::level0_step<acc_t>(op, keys.data(), perm.data(), seg_first.data(), tile_start.data(), n, num_keys,
-                                       D, scratch.data(), slot_first.data(), slot_pos.data(), p, c);
+    if (carry) {
+      detops::engine::level0_step<acc_t>(op, keys.data(), sorted_values, seg_first.data(), tile_start.data(), n,
+                                         num_keys, D, scratch.data(), slot_first.data(), slot_pos.data(), p, c);
+    } else {
+      detops::engine::level0_step<acc_t>(op, keys.data(), perm.data(), seg_first.data(), tile_start.data(), n,
+                                         num_keys, D, scratch.data(), slot_first.data(), slot_pos.data(), p, c);
+    }
   }
   int32_t stride = 1;
   for (int level = 1; level <= detops::tree_levels(n); ++level, stride *= kBlock) {
@@ -130,16 +151,18 @@ TEST(EngineSchedule, IndexAddGivesTheCpuBitsWhateverTheThreadOrder) {
       {70000},                         // one hot destination
   };
   for (const auto& lengths : shapes) {
-    for (int64_t width : {1, 5}) {
-      const at::Tensor index = index_with_segments(lengths, rng);
-      const int64_t n = index.numel();
-      const at::Tensor self = at::randn({static_cast<int64_t>(lengths.size()), width});
-      const at::Tensor source = at::randn({n, width});
-      const at::Tensor expected = detops::index_add(self, 0, index, source, 0.5);
-      at::Tensor result = self.clone();
-      const auto op = detops::make_index_add_op<float, int64_t>(result, 0, index, source, 0.5);
-      run_gpu_schedule<float>(op, static_cast<int32_t>(n), op.dim_size, width, rng);
-      EXPECT_TRUE(bitwise_equal(result, expected)) << "n " << n << " width " << width;
+    for (int64_t width : {1, 2, 5}) {
+      for (const bool carry : {false, true}) {
+        const at::Tensor index = index_with_segments(lengths, rng);
+        const int64_t n = index.numel();
+        const at::Tensor self = at::randn({static_cast<int64_t>(lengths.size()), width});
+        const at::Tensor source = at::randn({n, width});
+        const at::Tensor expected = detops::index_add(self, 0, index, source, 0.5);
+        at::Tensor result = self.clone();
+        const auto op = detops::make_index_add_op<float, int64_t>(result, 0, index, source, 0.5);
+        run_gpu_schedule<float>(op, static_cast<int32_t>(n), op.dim_size, width, carry, rng);
+        EXPECT_TRUE(bitwise_equal(result, expected)) << "n " << n << " width " << width << " carry " << carry;
+      }
     }
   }
 }
@@ -152,10 +175,57 @@ TEST(EngineSchedule, ScatterAddGivesTheCpuBitsWhateverTheThreadOrder) {
   at::Tensor index = at::randint(0, 50, {3000, 6});
   index.narrow(0, 0, 1500).fill_(3);
   const at::Tensor expected = detops::scatter_add(self, 0, index, src);
-  at::Tensor result = self.clone();
-  const auto op = detops::make_scatter_add_op<double, int64_t>(result, 0, index, src);
-  run_gpu_schedule<double>(op, static_cast<int32_t>(index.numel()), result.numel(), 1, rng);
-  EXPECT_TRUE(bitwise_equal(result, expected));
+  for (const bool carry : {false, true}) {
+    at::Tensor result = self.clone();
+    const auto op = detops::make_scatter_add_op<double, int64_t>(result, 0, index, src);
+    run_gpu_schedule<double>(op, static_cast<int32_t>(index.numel()), result.numel(), 1, carry, rng);
+    EXPECT_TRUE(bitwise_equal(result, expected)) << "carry " << carry;
+  }
+}
+
+// Invalid contributions between valid ones (nll_loss2d's ignored pixels: key 1 of 1 key, two columns): whether
+// the sort carries the contributions or not, both schedules give the CPU engine's sums.
+TEST(EngineSchedule, IgnoredPixelsGiveTheCpuSumsWhetherOrNotTheSortCarriesTheContributions) {
+  std::mt19937 rng(9);
+  at::manual_seed(9);
+  const at::Tensor input = at::randn({3, 4, 30, 40});
+  at::Tensor target = at::randint(0, 4, {3, 30, 40});
+  target.masked_fill_(at::rand({3, 30, 40}) < 0.3, 255);
+  const at::Tensor weight = at::rand({4});
+  const auto terms = detops::make_nll_loss2d_terms<float>(input, target, weight, 255);
+  const int64_t n = target.numel();
+  const auto run = [&](int mode) {
+    std::vector<float> sums(2, 0.0f);
+    const detops::NllLoss2dSumOp<float> op{terms, sums.data()};
+    if (mode < 0) {
+      detops::cpu::Engine::sort_reduce<float>("nll_loss2d_forward", op, n, 1, 2, input);
+    } else {
+      run_gpu_schedule<float>(op, static_cast<int32_t>(n), 1, 2, mode == 1, rng);
+    }
+    return sums;
+  };
+  const std::vector<float> expected = run(-1);
+  EXPECT_NE(expected[0], 0.0f);
+  EXPECT_EQ(run(0), expected);
+  EXPECT_EQ(run(1), expected);
+}
+
+// The key kernel's store where the sort carries the contributions: a valid contribution's D columns, zeros for an
+// invalid one, whose contribution is never asked for (it may read out of bounds).
+TEST(EngineSchedule, OnlyValidContributionsAreStored) {
+  struct ColumnsOp {
+    double contribution(int64_t i, int64_t c) const {
+      EXPECT_NE(i % 3, 0) << "an invalid contribution was computed";
+      return 10.0 * i + c + 1;
+    }
+  };
+  std::vector<double> stored(3 * 9, -1.0);
+  for (int64_t i = 0; i < 9; ++i) detops::engine::store_contributions(ColumnsOp{}, i, i % 3 != 0, 3, stored.data());
+  for (int64_t i = 0; i < 9; ++i) {
+    for (int64_t c = 0; c < 3; ++c) {
+      EXPECT_EQ(stored[3 * i + c], i % 3 == 0 ? 0.0 : 10.0 * i + c + 1) << i << " " << c;
+    }
+  }
 }
 
 }  // namespace

@@ -169,6 +169,27 @@ def test_model_counts_a_mid_size_call():
     assert s["workspace_bytes"] > (1 << 20) * 8 and s["bytes_moved"] > (1 << 20) * 16 * 4
 
 
+def test_the_sort_carries_contributions_of_at_most_8_bytes():
+    """Where a contribution's D columns fit in 8 bytes (and keys are 32-bit), the radix sort carries them instead of
+    the source positions: the same stream operations, the values' bytes in the workspace, and level 0 reads them
+    in sorted order instead of gathering them."""
+    n = 1 << 20
+    for D, acc, carried in ((1, 4, 4), (2, 4, 8), (1, 8, 8), (3, 4, 4), (1, 16, 4), (16, 4, 4)):
+        s = P.summarize("sort_reduce", n=n, num_keys=1000, D=D, acc_bytes=acc, key_bytes=4)
+        assert s["value_bytes"] == carried, (D, acc)
+    positions = P.summarize("sort_reduce", n=n, num_keys=1000, D=3, acc_bytes=4, key_bytes=4)
+    for D, acc in ((1, 4), (2, 4), (1, 8)):
+        s = P.summarize("sort_reduce", n=n, num_keys=1000, D=D, acc_bytes=acc, key_bytes=4)
+        assert s["stream_ops"] == positions["stream_ops"] and s["allocations"] == 1
+    # Two buffers of the sort's values, 8 bytes each instead of positions' 4, and one column fewer of scratch.
+    pair = P.summarize("sort_reduce", n=n, num_keys=1000, D=2, acc_bytes=4, key_bytes=4)
+    max_slots = n // 16 + 1
+    assert abs(pair["workspace_bytes"] - positions["workspace_bytes"] - (2 * n * 4 - max_slots * 4)) < 1024
+    # 64-bit keys (a key range of 2^32 or more) and the single-block path keep the positions.
+    assert P.summarize("sort_reduce", n=n, num_keys=1 << 33, D=1, acc_bytes=4, key_bytes=8)["value_bytes"] == 4
+    assert P.summarize("sort_reduce", n=SMALL_N, num_keys=3, D=1, acc_bytes=4, key_bytes=4)["value_bytes"] == 4
+
+
 def test_model_counts_gathers_counts_and_empty_calls():
     assert P.summarize("for_each", n=100)["launches"] == 1
     assert P.summarize("for_each", n=100)["allocations"] == 0
