@@ -4,6 +4,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/cuda/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_to_copy.h>
@@ -86,6 +87,18 @@ void check_out(const char* op, const at::Tensor& self, const at::Tensor& out) {
 void prepare_out_from_self(const at::Tensor& self, at::Tensor& out) {
   at::native::resize_output(out, self.sizes());
   if (!out.is_same(self)) out.copy_(self);
+}
+
+bool can_take(const at::Tensor* out, const at::Tensor& like, at::IntArrayRef sizes, at::MemoryFormat format,
+              std::initializer_list<at::Tensor> inputs) {
+  if (out == nullptr || !out->defined() || out->scalar_type() != like.scalar_type() ||
+      out->device() != like.device() || out->sizes() != sizes || !out->is_contiguous(format)) {
+    return false;
+  }
+  for (const at::Tensor& t : inputs) {
+    if (at::get_overlap_status(*out, t) != at::MemOverlapStatus::No) return false;
+  }
+  return true;
 }
 
 at::Tensor& copy_to_out(const char* op, const char* out_name, const at::Tensor& self, const at::Tensor& result,

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 namespace detops {
@@ -87,8 +88,15 @@ at::Tensor& out_from_inplace(const char* op, const at::Tensor& self, at::Tensor&
 }
 
 // The .out (grad_input) overload of a functional front end: `result` copied into `out`, resized to it,
-// after checking out's dtype (self's) and device.
+// after checking out's dtype (self's) and device. Where the front end computed straight into `out` (can_take),
+// result is out and nothing is copied.
 at::Tensor& copy_to_out(const char* op, const char* out_name, const at::Tensor& self, const at::Tensor& result,
                         at::Tensor& out);
+
+// Whether a .out (grad_input) overload can compute straight into `out` (null: a functional call): defined, of
+// like's dtype and device, of `sizes`, contiguous in `format`, sharing no memory with any of `inputs`. Otherwise
+// it computes into a new tensor that copy_to_out copies over (and raises the errors of a bad out).
+bool can_take(const at::Tensor* out, const at::Tensor& like, at::IntArrayRef sizes, at::MemoryFormat format,
+              std::initializer_list<at::Tensor> inputs);
 
 }  // namespace detops

@@ -8,7 +8,6 @@
 #include "ops/plan_record.h"
 #include "ops/sort_reduce_cpu.h"
 
-#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/reflection_pad1d_backward_cpu_dispatch.h>
 #include <ATen/ops/reflection_pad1d_backward_cuda_dispatch.h>
@@ -111,19 +110,16 @@ PadDims check_pad_backward(const PadOp& op, const at::Tensor& grad_output, const
 
 // The engines' computation, in the memory format stock's CPU kernels return (self's suggested format:
 // channels-last stays channels-last; the bits do not depend on it).
-// The .grad_input overloads pass `into`, their grad_input: computed straight into it where it can take the
-// result as it is (self's dtype, device and sizes, contiguous, sharing no memory with grad_output),
-// otherwise into a new tensor that copy_to_out copies over.
+// The .grad_input overloads pass `into`, their grad_input: computed straight into it and returned as it is where
+// it can take the result (can_take: self's dtype, device and sizes, contiguous, sharing no memory with an
+// input), otherwise into a new tensor that copy_to_out copies over.
 at::Tensor pad_backward(const PadOp& op, const at::Tensor& grad_output, const at::Tensor& self,
                         at::IntArrayRef padding, at::Tensor* into = nullptr) {
   const PadDims d = check_pad_backward(op, grad_output, self, padding);
   if (!engine_dtype(self.scalar_type())) {
     return self.is_cuda() ? op.stock_cuda(grad_output, self, padding) : op.stock_cpu(grad_output, self, padding);
   }
-  const bool direct = into != nullptr && into->defined() && into->scalar_type() == self.scalar_type() &&
-                      into->device() == self.device() && into->sizes() == self.sizes() && into->is_contiguous() &&
-                      at::get_overlap_status(*into, grad_output) == at::MemOverlapStatus::No &&
-                      at::get_overlap_status(*into, self) == at::MemOverlapStatus::No;
+  const bool direct = can_take(into, self, self.sizes(), at::MemoryFormat::Contiguous, {grad_output, self});
   at::Tensor grad_in =
       direct ? *into : at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
   const auto fmt = self.suggest_memory_format();
@@ -136,7 +132,7 @@ at::Tensor pad_backward(const PadOp& op, const at::Tensor& grad_output, const at
     // plan-only mode not run.
     pad_backward_cpu(grad_in, go, d, op.reflect);
   }
-  return fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);
+  return direct || fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);
 }
 
 at::Tensor& pad_backward_out(const PadOp& op, const at::Tensor& grad_output, const at::Tensor& self,

@@ -8,7 +8,6 @@
 #include "ops/sort_reduce_cpu.h"
 
 #include <ATen/native/Pool.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
@@ -81,26 +80,15 @@ at::Tensor in_format(const at::Tensor& self, const at::Tensor& grad_in, bool kee
   return fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);
 }
 
-// The .grad_input overloads compute straight into grad_input where it can take the result as it is:
-// self's dtype, device and sizes, contiguous, sharing no memory with an input. Otherwise into a new
+// The .grad_input overloads compute straight into grad_input, and return it, where it can take the result
+// (can_take: self's dtype, device and sizes, contiguous, sharing no memory with an input). Otherwise into a new
 // tensor, copied over by write_out (which also raises the errors for a bad grad_input).
-bool can_take(const at::Tensor* into, const at::Tensor& self, std::initializer_list<at::Tensor> inputs) {
-  if (into == nullptr || !into->defined() || into->scalar_type() != self.scalar_type() ||
-      into->device() != self.device() || into->sizes() != self.sizes() || !into->is_contiguous()) {
-    return false;
-  }
-  for (const at::Tensor& t : inputs) {
-    if (at::get_overlap_status(*into, t) != at::MemOverlapStatus::No) return false;
-  }
-  return true;
-}
-
 at::Tensor avg_backward(const at::Tensor& grad_output, const at::Tensor& self, const PoolShape& s, bool adaptive,
                         bool count_include_pad, int64_t divisor_override, bool keep_format,
                         at::Tensor* into = nullptr) {
-  at::Tensor grad_in = can_take(into, self, {grad_output, self})
-                           ? *into
-                           : at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
+  const bool direct = can_take(into, self, self.sizes(), at::MemoryFormat::Contiguous, {grad_output, self});
+  at::Tensor grad_in =
+      direct ? *into : at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
   if (grad_in.numel() == 0) return in_format(self, grad_in, keep_format);
   const at::Tensor go = grad_output.contiguous();
   if (self.is_cuda()) {
@@ -109,7 +97,7 @@ at::Tensor avg_backward(const at::Tensor& grad_output, const at::Tensor& self, c
     // NB: the CPU path stands for the CUDA path's gather (ops/plan.h): recorded, and in plan-only mode not run.
     avg_pool_backward_cpu(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
   }
-  return in_format(self, grad_in, keep_format);
+  return direct ? grad_in : in_format(self, grad_in, keep_format);
 }
 
 at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, const at::Tensor& self,
@@ -126,7 +114,8 @@ at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, cons
     cuda::max_pool_backward_kernel(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
     return in_format(self, grad_in, keep_format);
   }
-  const bool direct = can_take(into, self, {grad_output, self, indices});
+  const bool direct =
+      can_take(into, self, self.sizes(), at::MemoryFormat::Contiguous, {grad_output, self, indices});
   // NB: straight into grad_input, bad indices must raise before anything is written; in plan-only mode
   // (ops/plan.h) the CPU path does not run, so they are checked here.
   if (direct || plan::plan_only()) check_max_index_values(op_name, idx, s.input_plane());
@@ -138,7 +127,7 @@ at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, cons
     grad_in.zero_();
     max_pool_backward_compute<cpu::Engine>(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
   }
-  return in_format(self, grad_in, keep_format);
+  return direct ? grad_in : in_format(self, grad_in, keep_format);
 }
 
 at::Tensor& write_out(const char* op, const at::Tensor& self, const at::Tensor& result, at::Tensor& grad_input) {

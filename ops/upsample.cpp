@@ -150,15 +150,20 @@ at::Tensor& stock_out(const UpsampleOp& op, const at::Tensor& g, at::IntArrayRef
 }
 
 // The engines' computation: grad_input in the memory format stock returns (the bits do not depend on it),
-// grad_output read in its own suggested format.
+// grad_output read in its own suggested format. The .grad_input overloads pass `into`, their grad_input:
+// computed straight into it where it can take the result (can_take: contiguous in that format too), otherwise
+// into a new tensor that copy_to_out copies over.
 at::Tensor upsample_backward(const UpsampleOp& op, const at::Tensor& grad_output, at::IntArrayRef output_size,
-                             at::IntArrayRef input_size, bool align_corners, const Scales& scales) {
+                             at::IntArrayRef input_size, bool align_corners, const Scales& scales,
+                             at::Tensor* into = nullptr) {
   const UpsampleSpec spec = check_upsample_backward(op, grad_output, output_size, input_size, align_corners, scales);
   if (!engine_dtype(grad_output.scalar_type())) {
     return stock_functional(op, grad_output, output_size, input_size, align_corners, scales);
   }
   const auto fmt = op.keeps_format ? grad_output.suggest_memory_format() : at::MemoryFormat::Contiguous;
-  at::Tensor grad_in = at::empty(input_size, grad_output.options().memory_format(fmt));
+  at::Tensor grad_in = can_take(into, grad_output, input_size, fmt, {grad_output})
+                           ? *into
+                           : at::empty(input_size, grad_output.options().memory_format(fmt));
   if (grad_in.numel() == 0) return grad_in;
   const at::Tensor go = grad_output.contiguous(grad_output.suggest_memory_format());
   const bool channels_last = fmt != at::MemoryFormat::Contiguous;
@@ -183,7 +188,8 @@ at::Tensor& upsample_backward_out(const UpsampleOp& op, const at::Tensor& grad_o
     return stock_out(op, grad_output, output_size, input_size, align_corners, scales, grad_input);
   }
   return copy_to_out(op.name, "grad_input", grad_output,
-                     upsample_backward(op, grad_output, output_size, input_size, align_corners, scales), grad_input);
+                     upsample_backward(op, grad_output, output_size, input_size, align_corners, scales, &grad_input),
+                     grad_input);
 }
 
 }  // namespace

@@ -63,10 +63,12 @@ void check_upsample_aa_backward(const AaOp& op, const at::Tensor& grad_output, a
 }
 
 // The engines' computation, in stock's result format: grad_output's suggested memory format for bilinear,
-// contiguous for bicubic (the bits do not depend on it).
+// contiguous for bicubic (the bits do not depend on it). The .grad_input overloads pass `into`, their
+// grad_input: computed straight into it and returned as it is where it can take the result (can_take),
+// otherwise into a new tensor that copy_to_out copies over.
 at::Tensor upsample_aa_backward(const AaOp& op, const at::Tensor& grad_output, at::IntArrayRef output_size,
                                 at::IntArrayRef input_size, bool align_corners, std::optional<double> scales_h,
-                                std::optional<double> scales_w) {
+                                std::optional<double> scales_w, at::Tensor* into = nullptr) {
   check_upsample_aa_backward(op, grad_output, output_size, input_size);
   if (!engine_dtype(grad_output.scalar_type())) {
     return grad_output.is_cuda()
@@ -79,7 +81,9 @@ at::Tensor upsample_aa_backward(const AaOp& op, const at::Tensor& grad_output, a
     // Stock's CUDA kernel copies grad_output when the sizes are equal, whatever the scales.
     return at::empty(input_size, grad_output.options().memory_format(fmt)).copy_(grad_output);
   }
-  at::Tensor grad_in = at::empty(input_size, grad_output.options().memory_format(at::MemoryFormat::Contiguous));
+  const bool direct = can_take(into, grad_output, input_size, at::MemoryFormat::Contiguous, {grad_output});
+  at::Tensor grad_in =
+      direct ? *into : at::empty(input_size, grad_output.options().memory_format(at::MemoryFormat::Contiguous));
   if (grad_in.numel() == 0) return grad_in.contiguous(fmt);
   const at::Tensor go = grad_output.contiguous();
   const UpsampleAaTables tables =
@@ -93,7 +97,7 @@ at::Tensor upsample_aa_backward(const AaOp& op, const at::Tensor& grad_output, a
     // and in plan-only mode not run.
     upsample_aa_backward_cpu(grad_in, go, tables);
   }
-  return fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);
+  return direct || fmt == at::MemoryFormat::Contiguous ? grad_in : grad_in.contiguous(fmt);
 }
 
 at::Tensor& upsample_aa_backward_out(const AaOp& op, const at::Tensor& grad_output, at::IntArrayRef output_size,
@@ -106,9 +110,10 @@ at::Tensor& upsample_aa_backward_out(const AaOp& op, const at::Tensor& grad_outp
                                  : op.stock_cpu_out(grad_output, output_size, input_size, align_corners, scales_h,
                                                     scales_w, grad_input);
   }
-  return copy_to_out(
-      op.name, "grad_input", grad_output,
-      upsample_aa_backward(op, grad_output, output_size, input_size, align_corners, scales_h, scales_w), grad_input);
+  return copy_to_out(op.name, "grad_input", grad_output,
+                     upsample_aa_backward(op, grad_output, output_size, input_size, align_corners, scales_h,
+                                          scales_w, &grad_input),
+                     grad_input);
 }
 
 }  // namespace

@@ -70,6 +70,21 @@ def assert_as_accurate_as_stock(got: torch.Tensor, stock: torch.Tensor, ref: tor
     assert err <= max(2 * err_stock, floor), f"{msg}: error {err:.3g} against float64, stock's {err_stock:.3g}"
 
 
+def cpu_bytes_allocated(fn) -> int:
+    """Bytes that ``fn()`` allocates on the CPU (every allocation counted, frees not subtracted), from the
+    profiler's memory events: a .grad_input overload that computes straight into grad_input allocates less than
+    grad_input's bytes."""
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+        return sum(max(e.self_cpu_memory_usage, 0) for e in prof.events())
+
+
 def rtol_for(dtype: torch.dtype) -> float:
     """detops accumulates in float (double for double) and rounds once: within one output ulp of float64."""
     return {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}[dtype]

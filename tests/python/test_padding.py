@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import detops
-from conftest import FLOAT_DTYPES, assert_bitwise_equal, assert_close_to_f64, assert_twin_schemas_equal_aten
+from conftest import (FLOAT_DTYPES, assert_bitwise_equal, assert_close_to_f64, assert_twin_schemas_equal_aten,
+                      cpu_bytes_allocated)
 from contract_ref import tree_sum
 
 ops = torch.ops.detops
@@ -251,10 +252,13 @@ def test_grad_input_computed_in_place_or_aside_same_bits(name, kind, shape, padd
     x, grad = make(kind, shape, padding)
     n = len(padding) // 2
     want = twin(kind, n)(grad, x, padding)
-    # Contiguous and of self's size: written in place.
+    # Contiguous and of self's size: written in place, allocating grad_input's bytes less than the functional
+    # overload.
     buf = torch.full(x.shape, 7.0)
-    assert twin(kind, n).grad_input(grad, x, padding, grad_input=buf).data_ptr() == buf.data_ptr()
+    run = lambda: twin(kind, n).grad_input(grad, x, padding, grad_input=buf)
+    assert run().data_ptr() == buf.data_ptr()
     assert_bitwise_equal(buf, want, name)
+    assert cpu_bytes_allocated(run) + buf.nbytes <= cpu_bytes_allocated(lambda: twin(kind, n)(grad, x, padding)), name
     # Over grad_output's memory: computed aside from the unchanged grad_output, then copied.
     store = torch.empty(max(grad.numel(), x.numel()))
     g = store[:grad.numel()].view(grad.shape).copy_(grad)

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 import detops
 import detops.routing as routing
-from conftest import FLOAT_DTYPES, assert_bitwise_equal, assert_close_to_f64, assert_twin_schemas_equal_aten
+from conftest import (FLOAT_DTYPES, assert_bitwise_equal, assert_close_to_f64, assert_twin_schemas_equal_aten,
+                      cpu_bytes_allocated)
 from contract_ref import tree_sum
 
 ops = torch.ops.detops
@@ -327,6 +328,33 @@ def test_grad_input_overload(name, kind, shape, out_size, align, scales):
     with pytest.raises(RuntimeError, match="expected grad_input of dtype Float, but got Double"):
         call(twin(kind).grad_input, kind, grad, out_size, shape, align, scales,
              grad_input=torch.empty(0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name,kind,shape,out_size,align,scales", CASES, ids=CASE_IDS)
+def test_grad_input_computed_in_place_or_aside_same_bits(name, kind, shape, out_size, align, scales):
+    grad = make(shape, out_size)
+    want = call(twin(kind), kind, grad, out_size, shape, align, scales)
+    # Contiguous and of the input's size: written in place, over what it held, allocating grad_input's bytes less
+    # than the functional overload.
+    buf = torch.full(shape, 7.0)
+    run = lambda: call(twin(kind).grad_input, kind, grad, out_size, shape, align, scales, grad_input=buf)
+    assert run().data_ptr() == buf.data_ptr()
+    assert_bitwise_equal(buf, want, name)
+    functional = lambda: call(twin(kind), kind, grad, out_size, shape, align, scales)
+    assert cpu_bytes_allocated(run) + buf.nbytes <= cpu_bytes_allocated(functional), name
+    # Over grad_output's memory: computed aside from the unchanged grad_output, then copied.
+    n = buf.numel()
+    store = torch.empty(max(grad.numel(), n))
+    g = store[:grad.numel()].view(grad.shape).copy_(grad)
+    call(twin(kind).grad_input, kind, g, out_size, shape, align, scales, grad_input=store[:n].view(shape))
+    assert_bitwise_equal(store[:n].view(shape), want, name)
+    if len(shape) >= 4:
+        # A channels-last grad_output into a contiguous grad_input, and into a channels-last one.
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+        gradc = grad.contiguous(memory_format=fmt)
+        for into in (torch.full(shape, 7.0), torch.full(shape, 7.0).contiguous(memory_format=fmt)):
+            call(twin(kind).grad_input, kind, gradc, out_size, shape, align, scales, grad_input=into)
+            assert_bitwise_equal(into, want, name)
 
 
 @pytest.mark.parametrize("name,kind,shape,out_size,align,scales", CASES, ids=CASE_IDS)

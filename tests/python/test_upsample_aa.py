@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import detops
-from conftest import FLOAT_DTYPES, assert_bitwise_equal, assert_twin_schemas_equal_aten
+from conftest import FLOAT_DTYPES, assert_bitwise_equal, assert_twin_schemas_equal_aten, cpu_bytes_allocated
 from contract_ref import tree_sum
 
 ops = torch.ops.detops
@@ -282,6 +282,32 @@ def test_grad_input_overload(mode, name, in_size, out_size, align, scales):
                                                      "dtype Float, but got Double")):
         call(twin(mode).grad_input, grad, out_size, in_size, align, scales,
              grad_input=torch.empty(0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name,in_size,out_size,align,scales", CASES[:6], ids=CASE_IDS[:6])
+def test_grad_input_computed_in_place_or_aside_same_bits(mode, name, in_size, out_size, align, scales):
+    grad = make_grad(in_size, out_size)
+    want = call(twin(mode), grad, out_size, in_size, align, scales)
+    # Contiguous and of the input's size: written in place, over what it held, allocating grad_input's bytes less
+    # than the functional overload.
+    buf = torch.full(in_size, 7.0)
+    run = lambda: call(twin(mode).grad_input, grad, out_size, in_size, align, scales, grad_input=buf)
+    assert run().data_ptr() == buf.data_ptr()
+    assert_bitwise_equal(buf, want, name)
+    functional = lambda: call(twin(mode), grad, out_size, in_size, align, scales)
+    assert cpu_bytes_allocated(run) + buf.nbytes <= cpu_bytes_allocated(functional), name
+    # Over grad_output's memory: computed aside from the unchanged grad_output, then copied.
+    n = buf.numel()
+    store = torch.empty(max(grad.numel(), n))
+    g = store[:grad.numel()].view(grad.shape).copy_(grad)
+    call(twin(mode).grad_input, g, out_size, in_size, align, scales, grad_input=store[:n].view(in_size))
+    assert_bitwise_equal(store[:n].view(in_size), want, name)
+    # A channels-last grad_output into a contiguous grad_input, and into a channels-last one.
+    gradc = grad.contiguous(memory_format=torch.channels_last)
+    for into in (torch.full(in_size, 7.0), torch.full(in_size, 7.0).contiguous(memory_format=torch.channels_last)):
+        call(twin(mode).grad_input, gradc, out_size, in_size, align, scales, grad_input=into)
+        assert_bitwise_equal(into, want, name)
 
 
 @pytest.mark.parametrize("mode", MODES)
