@@ -109,13 +109,16 @@ at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, cons
   if (empty) return in_format(self, at::zeros(self.sizes(), options), keep_format);
   const at::Tensor go = grad_output.contiguous();
   const at::Tensor idx = indices.contiguous();
-  if (self.is_cuda()) {
-    at::Tensor grad_in = at::zeros(self.sizes(), options);
-    cuda::max_pool_backward_kernel(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
-    return in_format(self, grad_in, keep_format);
-  }
   const bool direct =
       can_take(into, self, self.sizes(), at::MemoryFormat::Contiguous, {grad_output, self, indices});
+  if (self.is_cuda()) {
+    // The engine writes only the elements some output selects: the rest are zeros, filled first. NB: a bad index
+    // raises on the host above in strict mode, else asserts on the device (the context is then lost, whatever
+    // grad_input holds).
+    at::Tensor grad_in = direct ? into->zero_() : at::zeros(self.sizes(), options);
+    cuda::max_pool_backward_kernel(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
+    return direct ? grad_in : in_format(self, grad_in, keep_format);
+  }
   // NB: straight into grad_input, bad indices must raise before anything is written; in plan-only mode
   // (ops/plan.h) the CPU path does not run, so they are checked here.
   if (direct || plan::plan_only()) check_max_index_values(op_name, idx, s.input_plane());

@@ -194,6 +194,7 @@ TEST(EngineSchedule, IgnoredPixelsGiveTheCpuSumsWhetherOrNotTheSortCarriesTheCon
   const at::Tensor weight = at::rand({4});
   const auto terms = detops::make_nll_loss2d_terms<float>(input, target, weight, 255);
   const int64_t n = target.numel();
+  // mode -1: the CPU engine; 0: the GPU schedule through the permutation; 1: from the carried contributions.
   const auto run = [&](int mode) {
     std::vector<float> sums(2, 0.0f);
     const detops::NllLoss2dSumOp<float> op{terms, sums.data()};

@@ -507,6 +507,19 @@ def test_gpu_module_backward_under_flag_equals_cpu_twin(module, shape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,shape,forward", CASES, ids=CASE_IDS)
+def test_gpu_grad_input_in_place_over_old_values_equals_cpu_twin(name, shape, forward):
+    x, out, grad, _ = run_stock(shape, forward, torch.float32)
+    if type(out.grad_fn).__name__ == "AdaptiveAvgPool2DBackward0":
+        pytest.skip("aten has no _adaptive_avg_pool2d_backward.grad_input")
+    cpu = twin_backward(out, grad)
+    # Contiguous, of self's size, full of 7s: computed in place (the max pools zero it first).
+    buf = torch.full(x.shape, 7.0, device="cuda")
+    assert twin_backward(out, grad, device="cuda", grad_input=buf).data_ptr() == buf.data_ptr()
+    assert_bitwise_equal(buf.cpu(), cpu, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape,forward", CASES, ids=CASE_IDS)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_gpu_cuda_equals_cpu_twin_bitwise(name, shape, forward, dtype):
     x, out, grad, _ = run_stock(shape, forward, dtype)
