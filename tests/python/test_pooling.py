@@ -214,21 +214,22 @@ def test_grad_input_overload(name, shape, forward):
     assert_bitwise_equal(strided, want, name)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("name,shape,forward", CASES, ids=CASE_IDS)
-def test_grad_input_computed_in_place_or_aside_same_bits(name, shape, forward):
+def test_grad_input_computed_in_place_or_aside_same_bits(name, shape, forward, device):
     x, out, grad, stock = run_stock(shape, forward, torch.float32)
     if type(out.grad_fn).__name__ == "AdaptiveAvgPool2DBackward0":
         pytest.skip("aten has no _adaptive_avg_pool2d_backward.grad_input")
-    want = twin_backward(out, grad)
-    # Contiguous and of self's size: written in place.
-    buf = torch.full(x.shape, 7.0)
-    assert twin_backward(out, grad, grad_input=buf).data_ptr() == buf.data_ptr()
-    assert_bitwise_equal(buf, want, name)
+    want = twin_backward(out, grad)  # the CPU twin
+    # Contiguous and of self's size, full of 7s: written in place (the max pools zero it first on CUDA).
+    buf = torch.full(x.shape, 7.0, device=device)
+    assert twin_backward(out, grad, device=device, grad_input=buf).data_ptr() == buf.data_ptr()
+    assert_bitwise_equal(buf.cpu(), want, name)
     # Over grad_output's memory: computed aside from the unchanged grad_output, then copied.
-    store = torch.empty(max(grad.numel(), x.numel()))
+    store = torch.empty(max(grad.numel(), x.numel()), device=device)
     g = store[:grad.numel()].view(grad.shape).copy_(grad)
-    twin_backward(out, g, grad_input=store[:x.numel()].view(x.shape))
-    assert_bitwise_equal(store[:x.numel()].view(x.shape), want, name)
+    twin_backward(out, g, device=device, grad_input=store[:x.numel()].view(x.shape))
+    assert_bitwise_equal(store[:x.numel()].view(x.shape).cpu(), want, name)
 
 
 def test_max_pool_bad_index_leaves_a_direct_grad_input_untouched():
@@ -503,19 +504,6 @@ def test_gpu_module_backward_under_flag_equals_cpu_twin(module, shape):
     assert_bitwise_equal(ours.cpu(), cpu_twin, "CUDA vs CPU twin")
     cuda_twin = twin_backward(out, grad)
     assert_bitwise_equal(cuda_twin, ours, "CUDA twin vs override")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name,shape,forward", CASES, ids=CASE_IDS)
-def test_gpu_grad_input_in_place_over_old_values_equals_cpu_twin(name, shape, forward):
-    x, out, grad, _ = run_stock(shape, forward, torch.float32)
-    if type(out.grad_fn).__name__ == "AdaptiveAvgPool2DBackward0":
-        pytest.skip("aten has no _adaptive_avg_pool2d_backward.grad_input")
-    cpu = twin_backward(out, grad)
-    # Contiguous, of self's size, full of 7s: computed in place (the max pools zero it first).
-    buf = torch.full(x.shape, 7.0, device="cuda")
-    assert twin_backward(out, grad, device="cuda", grad_input=buf).data_ptr() == buf.data_ptr()
-    assert_bitwise_equal(buf.cpu(), cpu, name)
 
 
 @pytest.mark.gpu
