@@ -107,12 +107,16 @@ SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64
   return {sorted, values.Current(), seg_first, tile_start};
 }
 
-}  // namespace
-
-int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_bytes) {
+void check_value_bytes(int64_t key_bytes, int64_t value_bytes) {
   TORCH_CHECK(value_bytes == 4 || (value_bytes == 8 && key_bytes == 4),
               "detops: the sort-reduce engine sorts 4-byte values, or 8-byte ones with 32-bit keys; got ", value_bytes,
               " bytes with ", key_bytes, "-byte keys");
+}
+
+}  // namespace
+
+int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_bytes) {
+  check_value_bytes(key_bytes, value_bytes);
   const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), n, key_bytes, bits, value_bytes);
   const std::lock_guard<std::mutex> lock(temp_mutex);
   const auto it = temp_cache.find(key);
@@ -128,9 +132,7 @@ int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_byt
 SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes,
                              int64_t value_bytes) {
   TORCH_CHECK(n > 0, "detops: the sort-reduce engine's plan needs at least one contribution");
-  TORCH_CHECK(value_bytes == 4 || (value_bytes == 8 && key_bytes == 4),
-              "detops: the sort-reduce engine sorts 4-byte values, or 8-byte ones with 32-bit keys; got ", value_bytes,
-              " bytes with ", key_bytes, "-byte keys");
+  check_value_bytes(key_bytes, value_bytes);
   if (key_bytes == 8) return plan_typed<uint64_t, int32_t>(ws, layout, n, num_keys);
   if (value_bytes == 8) return plan_typed<uint32_t, uint64_t>(ws, layout, n, num_keys);
   return plan_typed<uint32_t, int32_t>(ws, layout, n, num_keys);

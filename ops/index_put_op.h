@@ -91,7 +91,7 @@ struct IndexPutLastOp {
     out[k * inner + c] = v;
   }
   C10_HOST_DEVICE void finalize(int64_t k, int64_t c, int64_t pos) const {
-    out[k * inner + c] = src[pos * inner + c];
+    write(k, c, read(pos, c));
   }
 };
 

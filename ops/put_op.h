@@ -82,8 +82,8 @@ struct PutLastOp {
   C10_HOST_DEVICE void write(int64_t k, int64_t, bits_t v) const {
     out[k] = v;
   }
-  C10_HOST_DEVICE void finalize(int64_t k, int64_t, int64_t pos) const {
-    out[k] = src[pos];
+  C10_HOST_DEVICE void finalize(int64_t k, int64_t c, int64_t pos) const {
+    write(k, c, read(pos, c));
   }
 };
 
