@@ -149,6 +149,35 @@ def test_bench_ops_cpu_mode_writes_the_shared_schema(tmp_path):
     assert len(rows) == 2 and all(r["ours_vs_stock_cpu"] > 0 for r in rows)
 
 
+def _bench_ops_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_ops", REPO / "bench" / "bench_ops.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("call_s, calls, reps", [(0.05, 2, 1), (0.0, 1 + 2 + 1 + 10, 10)])
+def test_bench_timer_times_a_variant_slower_than_the_budget_once(call_s, calls, reps):
+    # A variant whose first call outlasts the budget (stock's atomic index_reduce into one destination: 12 s
+    # a call on an H200) is timed once more and no more; a fast one gets its warm-ups and repetitions.
+    import time
+    bench_ops = _bench_ops_module()
+    seen = []
+
+    def fn(s):
+        seen.append(s)
+        time.sleep(call_s)
+
+    sets = ["a", "b"]
+    time_us, n = bench_ops._time_cpu(fn, sets, 3, 10, 0.01)
+    assert n == reps and len(seen) == calls
+    if call_s:
+        assert seen == ["a", "b"] and time_us >= call_s * 1e6
+    else:
+        assert seen[:4] == ["a", "b", "a", "a"]
+
+
 def test_report_compares_last_writer_ops_with_stock_at_one_thread():
     # Stock CPU's index_put_(accumulate=False) and put_ with duplicate indices pick the writer by thread timing at
     # more than one thread; the report's reference is stock at one thread, the serial source-order result.
