@@ -36,7 +36,7 @@ _TO_US = {"us": 1.0, "usecond": 1.0, "ms": 1000.0, "msecond": 1000.0, "ns": 0.00
 
 
 def _short_name(head: str) -> str:
-    head = head.replace("void ", "")
+    head = head.replace("void ", "").replace("<unnamed>::", "")  # anonymous namespaces
     name = re.sub(r"<.*", "", head.split("(")[0])
     fill = re.search(r"FillFunctor<([^>]*)>", head)
     if fill:

@@ -71,6 +71,12 @@ def test_ncu_table_splits_cases_after_the_last_level_or_count_kernel():
     assert "   105.38   10.5   48.1    40   49.3  cuda::count_kernel (528 x 256)" in table
 
 
+def test_short_names_keep_kernels_in_anonymous_namespaces():
+    head = "void detops::<unnamed>::long_segments_kernel<unsigned int>(const T1 *, int, long, int *)"
+    assert profile_cases._short_name(head) == "detops::long_segments_kernel"
+    assert profile_cases._short_name("void detops::level0_kernel<float, 256>(T1, long)") == "detops::level0_kernel"
+
+
 def test_table_mode_runs_the_twin_and_stock_on_the_cpu():
     env = dict(os.environ, DETOPS_LIBRARY=detops.load_library(), PYTHONUNBUFFERED="1")
     proc = subprocess.run([sys.executable, str(SCRIPT), "table", "--device", "cpu", "aten::histc@high_contention"],
