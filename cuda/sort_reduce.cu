@@ -49,19 +49,51 @@ struct MaskBit {
   }
 };
 
-// One thread per sorted position: the head of each long segment takes its scratch slots
-// (engine::long_segment_slots) from the counter the key kernel zeroed and records the first at its position;
-// the first position of each tile records its segment's start (engine::tile_step). NB: the order in which
-// heads reach the counter places each segment's slots, not its tree (the bits).
+// The lanes of engine::SerialLanes as one warp: one probe per lane, one vote (the host form exists only so
+// that the engine's __host__ __device__ steps instantiate with it; only kernels call it).
+struct WarpLanes {
+  template <typename F>
+  C10_HOST_DEVICE uint32_t ballot(const F& f) const {
+#ifdef __CUDA_ARCH__
+    return __ballot_sync(0xffffffffu, f(static_cast<int>(threadIdx.x % 32)));
+#else
+    return engine::SerialLanes{}.ballot(f);
+#endif
+  }
+};
+
+// A warp per tile of kBlock sorted positions: the tile records its segment's start where the segment began in
+// the kBlock positions before it (engine::near_tile_start, one load per lane); then, for each head of a run
+// longer than kBlock in the tile, in turn, the warp finds the run's end (engine::segment_end, a load per lane
+// per round), the head takes the segment's scratch slots (engine::segment_slots, valid keys only) from the
+// counter the key kernel zeroed, and the lanes record the run's start in the tiles further inside it
+// (engine::tiles_inside). NB: the order in which heads reach the counter places each segment's slots, not its
+// tree (the bits); each tile's start is written once, by one of the two steps.
 template <typename KeyT>
 __global__ void long_segments_kernel(const KeyT* keys, int32_t n, int64_t num_keys, int32_t* seg_first,
                                      int32_t* tile_start, int32_t* num_slots) {
+  static_assert(kBlock == 32, "a tile is a warp");
+  const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t p64 = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (p64 >= n) return;
-  const auto p = static_cast<int32_t>(p64);
-  engine::tile_step(keys, p, tile_start);
-  const int32_t slots = engine::long_segment_slots(keys, n, num_keys, p);
-  if (slots > 0) seg_first[p] = atomicAdd(num_slots, slots);
+  const int64_t first = p64 - lane;
+  if (first >= n) return;  // the whole warp: every lane below votes
+  const WarpLanes lanes;
+  const auto q = static_cast<int32_t>(first);
+  const int32_t near = engine::near_tile_start(keys, q, lanes);
+  if (lane == 0 && near >= 0) tile_start[q / kBlock] = near;
+  uint32_t heads = __ballot_sync(0xffffffffu, p64 < n && engine::long_run_head(keys, n, static_cast<int32_t>(p64)));
+  while (heads != 0) {
+    const int h = __ffs(heads) - 1;
+    heads &= heads - 1;
+    const int32_t head = q + h;
+    const KeyT key = keys[head];
+    const int32_t end = engine::segment_end(keys, n, head, key, lanes);
+    if (lane == h && static_cast<int64_t>(key) < num_keys) {
+      seg_first[head] = atomicAdd(num_slots, engine::segment_slots(int64_t{end} - head, true));
+    }
+    const engine::TileRange inside = engine::tiles_inside(head, end);
+    for (int64_t t = inside.begin + lane; t < inside.end; t += 32) tile_start[t] = head;
+  }
 }
 
 // CUB temp sizes depend on the device and the problem, not on the data: queried once per shape.

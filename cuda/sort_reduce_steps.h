@@ -20,10 +20,11 @@ namespace detops::engine {
 
 // Segments and scratch slots, without a scan. A sorted position's segment is the run of its key; a segment of
 // a valid key longer than one block keeps its block sums in ceil(len / kBlock) contiguous scratch slots.
-// Before level 0, one pass over the sorted positions (long_segment_slots and tile_step) lets the head of each
-// such segment take its slots from a counter (an atomic add on the GPU) and record the first one at its own
-// position (seg_first[head]), and records, for every tile of kBlock positions, the start of the segment that
-// holds its first position (tile_start). A level-0 position then learns whether it leads a block, and which
+// Before level 0, one pass over the sorted positions (long_segment_slots and tile_step on the single-block
+// path; the multi-block kernel runs the warp form below) lets the head of each such segment take its slots from
+// a counter (an atomic add on the GPU) and record the first one at its own position (seg_first[head]), and
+// records, for every tile of kBlock positions, the start of the segment that holds its first position
+// (tile_start). A level-0 position then learns whether it leads a block, and which
 // slot, from a few loads (level0_block). NB: which slots a segment gets depends on the order in which the
 // heads reach the counter, but only where its block sums are kept: level 0 and every level address a
 // segment's slots from its first one, so the tree and the bits do not depend on it.
@@ -106,6 +107,92 @@ C10_HOST_DEVICE inline int32_t long_segment_slots(const KeyT* keys, int32_t n, i
 template <typename KeyT>
 C10_HOST_DEVICE inline void tile_step(const KeyT* keys, int32_t p, int32_t* tile_start) {
   if (p % kBlock == 0) tile_start[p / kBlock] = segment_start(keys, p, keys[p]);
+}
+
+// The multi-block kernel's form of the pass above (cuda/sort_reduce.cu, long_segments_kernel): a warp per tile
+// of kBlock positions, whose lanes load together what the searches above load one after another.
+// lanes.ballot(f) is the mask of the lanes l in [0, kBlock) for which f(l) holds, each lane evaluating f once: a
+// warp's __ballot_sync on the device, SerialLanes on the CPU. The results are functions of the keys alone.
+struct SerialLanes {
+  template <typename F>
+  C10_HOST_DEVICE uint32_t ballot(const F& f) const {
+    uint32_t mask = 0;
+    for (int l = 0; l < kBlock; ++l) {
+      if (f(l)) mask |= uint32_t{1} << l;
+    }
+    return mask;
+  }
+};
+
+C10_HOST_DEVICE inline int popcount32(uint32_t mask) {
+#ifdef __CUDA_ARCH__
+  return __popc(mask);
+#else
+  return __builtin_popcount(mask);
+#endif
+}
+
+// The first x in (lo, hi] with pred(x), where pred is false and then true over (lo, hi) and hi counts as true
+// (it is never probed). Each round the lanes probe kBlock evenly spaced points at once and keep the gap
+// between the last false and the first true: ceil(log32(hi - lo)) rounds of one load per lane.
+template <typename Lanes, typename Pred>
+C10_HOST_DEVICE inline int64_t first_true(const Lanes& lanes, int64_t lo, int64_t hi, const Pred& pred) {
+  while (hi - lo > 1) {
+    const int64_t step = (hi - lo + kBlock - 1) / kBlock;
+    // The lanes whose probe is false form a prefix (pred is monotone): f of them.
+    const int f = popcount32(lanes.ballot([&](int l) {
+      const int64_t x = lo + (l + 1) * step;
+      return x < hi && !pred(x);
+    }));
+    const int64_t next = lo + (f + 1) * step;
+    if (next < hi) hi = next;
+    lo += f * step;
+  }
+  return hi;
+}
+
+// One past the last sorted position of the run of `key` that holds p: lane l probes p + 2^l (the lanes that
+// still see the key are a prefix, k of them, as n <= 2^31), then first_true between p + 2^(k-1) and p + 2^k.
+template <typename KeyT, typename Lanes>
+C10_HOST_DEVICE inline int32_t segment_end(const KeyT* keys, int32_t n, int32_t p, KeyT key, const Lanes& lanes) {
+  const int k = popcount32(lanes.ballot([&](int l) {
+    const int64_t x = int64_t{p} + (int64_t{1} << l);
+    return x < n && keys[x] == key;
+  }));
+  const int64_t lo = int64_t{p} + (k == 0 ? 0 : (int64_t{1} << (k - 1)));
+  const int64_t hi = int64_t{p} + (int64_t{1} << k) < n ? int64_t{p} + (int64_t{1} << k) : int64_t{n};
+  return static_cast<int32_t>(first_true(lanes, lo, hi, [&](int64_t x) { return keys[x] != key; }));
+}
+
+// Whether sorted position p heads a run of more than kBlock positions (of any key: the invalid one too).
+template <typename KeyT>
+C10_HOST_DEVICE inline bool long_run_head(const KeyT* keys, int32_t n, int32_t p) {
+  const KeyT key = keys[p];
+  return (p == 0 || keys[p - 1] != key) && int64_t{p} + kBlock < n && keys[p + kBlock] == key;
+}
+
+// The start of the segment holding the tile's first position q, where it began at most kBlock - 1 positions
+// before q: lane l probes q - 1 - l, and the k lanes that see q's key (a prefix) put the start at q - k; -1
+// where all do (the run began kBlock or more before q, so its head is a long_run_head: tiles_inside).
+template <typename KeyT, typename Lanes>
+C10_HOST_DEVICE inline int32_t near_tile_start(const KeyT* keys, int32_t q, const Lanes& lanes) {
+  const KeyT key = keys[q];
+  const int k = popcount32(lanes.ballot([&](int l) {
+    const int64_t x = int64_t{q} - 1 - l;
+    return x >= 0 && keys[x] == key;
+  }));
+  return k == kBlock ? -1 : q - k;
+}
+
+// The tiles whose start the head of a long run [head, end) records: those whose first position lies in
+// [head + kBlock, end), the ones near_tile_start leaves (NB: each tile's start is written once, by one of the two).
+struct TileRange {
+  int64_t begin;
+  int64_t end;
+};
+
+C10_HOST_DEVICE inline TileRange tiles_inside(int32_t head, int32_t end) {
+  return {(int64_t{head} + 2 * kBlock - 1) / kBlock, (int64_t{end} + kBlock - 1) / kBlock};
 }
 
 // Contributions a level-0 leader loads before folding them (kBlock is a multiple).

@@ -37,6 +37,42 @@ void run_bounds(const std::vector<uint32_t>& keys, std::vector<int32_t>& start, 
   for (int32_t p = n - 1; p >= 0; --p) end[p] = p + 1 < n && keys[p + 1] == keys[p] ? end[p + 1] : p + 1;
 }
 
+// long_segments_kernel (the multi-block path) on the CPU: the tiles in a shuffled order, each as its warp runs
+// it (SerialLanes for the votes). Fills tile_start and returns the scratch slots each position takes; counts the
+// writes of each tile's start (once each, by near_tile_start or by a head's tiles_inside).
+template <typename KeyT>
+std::vector<int32_t> warp_long_segments(const KeyT* keys, int32_t n, int64_t num_keys, std::mt19937& rng,
+                                        std::vector<int32_t>& tile_start, std::vector<int>& writes) {
+  constexpr int32_t kBlock = detops::kBlock;
+  const detops::engine::SerialLanes lanes;
+  std::vector<int32_t> slots(n, 0);
+  std::vector<int32_t> tiles((n + kBlock - 1) / kBlock);
+  std::iota(tiles.begin(), tiles.end(), 0);
+  std::shuffle(tiles.begin(), tiles.end(), rng);
+  writes.assign(tiles.size(), 0);
+  for (const int32_t t : tiles) {
+    const int32_t q = t * kBlock;
+    const int32_t near = detops::engine::near_tile_start(keys, q, lanes);
+    if (near >= 0) {
+      tile_start[t] = near;
+      ++writes[t];
+    }
+    for (int32_t head = q; head < std::min(n, q + kBlock); ++head) {
+      if (!detops::engine::long_run_head(keys, n, head)) continue;
+      const int32_t end = detops::engine::segment_end(keys, n, head, keys[head], lanes);
+      if (static_cast<int64_t>(keys[head]) < num_keys) {
+        slots[head] = detops::engine::segment_slots(int64_t{end} - head, true);
+      }
+      const detops::engine::TileRange inside = detops::engine::tiles_inside(head, end);
+      for (int64_t u = inside.begin; u < inside.end; ++u) {
+        tile_start[u] = head;
+        ++writes[u];
+      }
+    }
+  }
+  return slots;
+}
+
 // Emulates the key kernel and plan_segments (the stable sort, then the heads of long segments taking their slots
 // from a counter, in a shuffled order as atomics may, and the tiles' segment starts) and reduce_plan (level 0
 // with the slot tables, the levels) with shuffled threads; checks every position's slots, tile start and block
@@ -91,6 +127,17 @@ void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, bool
   ASSERT_EQ(num_slots, expected_slots);
   ASSERT_LE(num_slots, max_slots);
   for (int32_t t = 0; t * kBlock < n; ++t) ASSERT_EQ(tile_start[t], start[t * kBlock]) << t;
+  // The multi-block kernel's warp form: the same tile starts, each written once, and the same slots.
+  std::vector<int32_t> warp_tile_start(tile_start.size(), -7);
+  std::vector<int> writes;
+  const std::vector<int32_t> warp_slots = warp_long_segments(keys.data(), n, num_keys, rng, warp_tile_start, writes);
+  for (int32_t t = 0; t * kBlock < n; ++t) {
+    ASSERT_EQ(warp_tile_start[t], start[t * kBlock]) << t;
+    ASSERT_EQ(writes[t], 1) << t;
+  }
+  for (int32_t p = 0; p < n; ++p) {
+    ASSERT_EQ(warp_slots[p], start[p] == p && is_long(p) ? (end[p] - p + kBlock - 1) / kBlock : 0) << p;
+  }
   for (int32_t p = 0; p < n; ++p) {
     const detops::engine::Level0Block b =
         detops::engine::level0_block(keys.data(), seg_first.data(), tile_start.data(), n, num_keys, p);
@@ -318,6 +365,41 @@ TEST(EngineSchedule, SegmentSearchesFindTheRun) {
       ASSERT_EQ(detops::engine::segment_start(keys.data(), p, keys[p]), start[p]) << trial << " " << p;
       if (start[p] == p && end[p] - p > kBlock) {
         ASSERT_EQ(detops::engine::segment_end(keys.data(), n, p, keys[p]), end[p]) << trial << " " << p;
+      }
+    }
+  }
+}
+
+// The warp form's searches against a scan: segment_end from every position, near_tile_start at every tile,
+// long_run_head everywhere, for runs of every length around the block size and up to 30,000, and first_true
+// over every gap up to 1,100 and every answer in it.
+TEST(EngineSchedule, WideSearchesFindTheRun) {
+  constexpr int32_t kBlock = detops::kBlock;
+  const detops::engine::SerialLanes lanes;
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int max_run = trial % 4 == 0 ? 3 : (trial % 4 == 1 ? 40 : (trial % 4 == 2 ? 300 : 30000));
+    const std::vector<uint32_t> keys = sorted_runs(rng, max_run, 6000);
+    const int32_t n = static_cast<int32_t>(keys.size());
+    std::vector<int32_t> start, end;
+    run_bounds(keys, start, end);
+    for (int32_t p = 0; p < n; ++p) {
+      ASSERT_EQ(detops::engine::segment_end(keys.data(), n, p, keys[p], lanes), end[p]) << trial << " " << p;
+      ASSERT_EQ(detops::engine::long_run_head(keys.data(), n, p), start[p] == p && end[p] - p > kBlock)
+          << trial << " " << p;
+      if (p % kBlock == 0) {
+        ASSERT_EQ(detops::engine::near_tile_start(keys.data(), p, lanes), p - start[p] < kBlock ? start[p] : -1)
+            << trial << " " << p;
+      }
+    }
+  }
+  for (int64_t lo = -1; lo < 1100; lo += 37) {
+    for (int64_t hi = lo + 1; hi <= lo + 1100; ++hi) {
+      for (int64_t answer = lo + 1; answer <= hi; answer += 1 + (hi - lo) / 7) {
+        ASSERT_EQ(detops::engine::first_true(lanes, lo, hi, [&](int64_t x) {
+          EXPECT_TRUE(x > lo && x < hi) << lo << " " << hi << " " << x;
+          return x >= answer;
+        }), answer) << lo << " " << hi;
       }
     }
   }
