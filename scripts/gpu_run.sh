@@ -8,7 +8,8 @@
 #   build     configure build-gpu/ (tests ON, benchmarks OFF: bench/bench_ops.py measures) and build it
 #   test      ctest -L gpu, ctest -LE gpu, pytest one chunk per tests/python file (in parallel), doctor
 #   sanitize  compute-sanitizer memcheck, racecheck, initcheck, synccheck over scripts/sanitize_cases.py
-#   bench     scripts/output_hashes.py (CPU + CUDA), examples/reproducible_training.py twice, bench/bench_ops.py,
+#   bench     scripts/output_hashes.py (CPU + CUDA), examples/reproducible_training.py twice,
+#             scripts/large_call.py (a call over 2^31 where the GPU has the memory), bench/bench_ops.py,
 #             python -m detops report
 #
 # A phase that needs libdetops.so builds it first when build-gpu/ is missing or stale (a fresh machine).
@@ -569,6 +570,9 @@ phase_bench() {
     done >"$2" 2>&1; cat "$2"; n="$(grep "^weights sha256" "$2" | sort -u | wc -l)"
     [ "$(grep -c "^weights sha256" "$2")" = 2 ] && [ "$n" = 1 ] && echo "repro: identical across two processes" && exit 0
     echo "repro: the two runs differ"; exit 1' _ "$py" "$logs/repro-runs.txt"
+  pack
+  # One call of more than 2^31 contributions through the key chunks (it skips itself without the memory).
+  step bench large-call tail 120 "$py" scripts/large_call.py
   pack
   bench_table="$table"
   read -r -a bench_args <<<"${DETOPS_BENCH_ARGS:-}"

@@ -93,7 +93,8 @@ def test_dry_run_checks_and_plans_every_phase(tmp_path):
     # bench: hashes and a tiny benchmark run on the CPU; the real ones are planned into $OUT
     for name in ("hashes-cpu", "bench-list", "bench-cpu-tiny", "report-help"):
         assert steps[name] == "ok", name
-    assert steps["hashes"] == steps["bench"] == steps["report"] == "PLANNED"
+    assert steps["hashes"] == steps["bench"] == steps["report"] == steps["large-call"] == "PLANNED"
+    assert re.search(r"would run \(timeout \d+s\): \S+ scripts/large_call.py", summary)
     assert re.search(r"output_hashes.py --devices cpu cuda --out \S+/dry-run-\d{4}-\d\d-\d\d-hashes.json", summary)
     assert re.search(r"bench/bench_ops.py --out \S+/dry-run-\d{4}-\d\d-\d\d.json", summary)
 
