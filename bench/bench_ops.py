@@ -226,8 +226,9 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="*", default=None, help="shape names, e.g. hot_destination")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--reps", type=int, default=50, help="most timed repetitions per variant")
-    parser.add_argument("--budget", type=float, default=0.5, help="seconds of timed calls per variant at most; a variant whose first call takes longer is "
-                        "timed once more and no more")
+    parser.add_argument("--budget", type=float, default=0.5,
+                        help="seconds of timed calls per variant at most; a variant whose first call takes "
+                        "longer is timed once more and no more")
     parser.add_argument("--max-input-sets", type=int, default=32, help="most rotated input copies")
     parser.add_argument("--list", action="store_true", help="list the cases and whether each is covered")
     args = parser.parse_args(argv)

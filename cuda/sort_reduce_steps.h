@@ -24,10 +24,10 @@ namespace detops::engine {
 // path; the multi-block kernel runs the warp form below) lets the head of each such segment take its slots from
 // a counter (an atomic add on the GPU) and record the first one at its own position (seg_first[head]), and
 // records, for every tile of kBlock positions, the start of the segment that holds its first position
-// (tile_start). A level-0 position then learns whether it leads a block, and which
-// slot, from a few loads (level0_block). NB: which slots a segment gets depends on the order in which the
-// heads reach the counter, but only where its block sums are kept: level 0 and every level address a
-// segment's slots from its first one, so the tree and the bits do not depend on it.
+// (tile_start). A level-0 position then learns whether it leads a block, and which slot, from a few loads
+// (level0_block). NB: which slots a segment gets depends on the order in which the heads reach the counter,
+// but only where its block sums are kept: level 0 and every level address a segment's slots from its first
+// one, so the tree and the bits do not depend on it.
 
 // Scratch slots of a segment of `len` contributions: one per block if it is longer than one block, none
 // otherwise. The segment of invalid contributions (key num_keys, sorted last) gets none: level 0 skips it,
@@ -185,7 +185,8 @@ C10_HOST_DEVICE inline int32_t near_tile_start(const KeyT* keys, int32_t q, cons
 }
 
 // The tiles whose start the head of a long run [head, end) records: those whose first position lies in
-// [head + kBlock, end), the ones near_tile_start leaves (NB: each tile's start is written once, by one of the two).
+// [head + kBlock, end), the ones near_tile_start leaves. NB: each tile's start is written once, by one of the
+// two.
 struct TileRange {
   int64_t begin;
   int64_t end;
