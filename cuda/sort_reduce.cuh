@@ -54,30 +54,66 @@ inline Launch2D launch_2d(int64_t rows, int64_t cols) {
   return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(tx, ty)};
 }
 
-// One thread per contribution: its destination key, or num_keys (sorted last, never written) if invalid or
-// skipped (kSkipKey, ops/contract.h), and the radix sort's value: its source position, or where the sort
-// carries the contributions (values not null, plan::carries_values) its D columns (engine::store_contributions),
-// read here in source order. The first thread zeroes the slot counter (num_slots, null without levels) that the
-// heads of long segments take their slots from after the sort. NB: positions are computed in 64 bits before
-// the bound check: near 2^31 contributions the 32-bit product of block and thread indices would wrap past the
-// check.
+// Contributions per thread of the key kernel.
+constexpr int kKeyItems = 4;
+
+// kKeyItems contributions per thread, blockDim.x apart (coalesced): each one's destination key, or num_keys
+// (sorted last, never written) if invalid or skipped (kSkipKey, ops/contract.h), and the radix sort's value: its
+// source position, or where the sort carries the contributions (values not null, plan::carries_values: at most
+// engine::kMaxCarriedColumns) its D columns (engine::carried_contribution), read here in source order. All the
+// keys are computed first, then all the columns, then stored, so each thread has kKeyItems loads in flight
+// where one contribution at a time waited on its index, then on its source. The first thread zeroes the slot
+// counter (num_slots, null without levels) that the heads of long segments take their slots from after the
+// sort. NB: positions are computed in 64 bits before the bound check: near 2^31 contributions the 32-bit
+// product of block and thread indices would wrap past the check.
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, int32_t D, KeyT* keys, int32_t* positions,
                                  acc_t* values, int32_t* num_slots) {
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  if (i == 0 && num_slots != nullptr) *num_slots = 0;
-  const int64_t k = op.key(i);
-  const bool skip = k == kSkipKey;
-  const bool ok = skip || (k >= 0 && k < num_keys);
-  CUDA_KERNEL_ASSERT(ok && "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
-  const bool valid = !skip && ok;
-  keys[i] = static_cast<KeyT>(valid ? k : num_keys);
-  if (values != nullptr) {
-    engine::store_contributions(op, i, valid, D, values);
-  } else {
-    positions[i] = static_cast<int32_t>(i);
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x * kKeyItems + threadIdx.x;
+  int64_t k[kKeyItems];
+#pragma unroll
+  for (int j = 0; j < kKeyItems; ++j) {
+    const int64_t i = first + int64_t{j} * blockDim.x;
+    k[j] = i < n ? op.key(i) : kSkipKey;
   }
+  bool valid[kKeyItems];
+#pragma unroll
+  for (int j = 0; j < kKeyItems; ++j) {
+    const bool skip = k[j] == kSkipKey;
+    const bool ok = skip || (k[j] >= 0 && k[j] < num_keys);
+    CUDA_KERNEL_ASSERT(ok && "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
+    valid[j] = !skip && ok;
+  }
+  if (values != nullptr) {
+    acc_t v[kKeyItems][engine::kMaxCarriedColumns];
+#pragma unroll
+    for (int j = 0; j < kKeyItems; ++j) {
+      const int64_t i = first + int64_t{j} * blockDim.x;
+#pragma unroll
+      for (int c = 0; c < engine::kMaxCarriedColumns; ++c) {
+        v[j][c] = c < D ? engine::carried_contribution<acc_t>(op, i, valid[j], c) : acc_t{};
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kKeyItems; ++j) {
+      const int64_t i = first + int64_t{j} * blockDim.x;
+      if (i >= n) break;
+      keys[i] = static_cast<KeyT>(valid[j] ? k[j] : num_keys);
+#pragma unroll
+      for (int c = 0; c < engine::kMaxCarriedColumns; ++c) {
+        if (c < D) values[i * D + c] = v[j][c];
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kKeyItems; ++j) {
+      const int64_t i = first + int64_t{j} * blockDim.x;
+      if (i >= n) break;
+      keys[i] = static_cast<KeyT>(valid[j] ? k[j] : num_keys);
+      positions[i] = static_cast<int32_t>(i);
+    }
+  }
+  if (first == 0 && num_slots != nullptr) *num_slots = 0;
 }
 
 // Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_block once, then
@@ -98,6 +134,36 @@ __global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys,
   for (int32_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += gridDim.y * blockDim.x) {
     engine::level0_fold<acc_t>(op, src, b, D, scratch, p, c);
   }
+}
+
+// Level 0 where the sort carried the contributions (at most engine::kWindowValueBytes per position): a block per
+// window of engine::kWindow sorted positions, a thread per position. The block loads the keys, contributions and
+// tile starts its positions' facts and folds read into shared memory (engine::window_load: two positions per
+// thread at most, every load independent and coalesced), then each position takes its block facts and folds
+// its block from there (engine::window_level0_step). level0_kernel's leaders load one block after another from
+// global memory, one lane in kBlock at high contention, each a chain of dependent loads. NB: the same facts and
+// fold as level0_kernel's over copies of the same words: the bits do not change.
+template <typename acc_t, typename KeyT, typename Op>
+__global__ void __launch_bounds__(engine::kWindow, 4) level0_window_kernel(Op op, const KeyT* keys,
+                                                                            engine::SortedValues<acc_t> src,
+                                                                            const int32_t* seg_first,
+                                                                            const int32_t* tile_start, int32_t n,
+                                                                            int64_t num_keys, int32_t D,
+                                                                            acc_t* scratch, int32_t* slot_first,
+                                                                            int32_t* slot_pos) {
+  static_assert(sizeof(acc_t) <= engine::kWindowValueBytes, "a window position holds at most 8 bytes");
+  __shared__ KeyT wkeys[engine::kWindowKeys];
+  __shared__ alignas(8) unsigned char wraw[engine::kWindowValues * engine::kWindowValueBytes];
+  __shared__ int32_t wtiles[engine::kWindowTiles];
+  auto* wvalues = reinterpret_cast<acc_t*>(wraw);
+  const auto base = static_cast<int32_t>(int64_t{blockIdx.x} * engine::kWindow);
+  const int t = static_cast<int>(threadIdx.x);
+  engine::window_load<acc_t>(keys, src, tile_start, n, D, base, t, wkeys, wvalues, wtiles);
+  __syncthreads();
+  const int64_t p = int64_t{base} + t;
+  if (p >= n) return;
+  engine::window_level0_step<acc_t>(op, wkeys, wvalues, wtiles, seg_first, n, num_keys, D, base, scratch, slot_first,
+                                    slot_pos, static_cast<int32_t>(p));
 }
 
 // Level 0 for wide rows with repeated keys (above): one warp per tile of 32 sorted positions. Each lane takes
@@ -177,9 +243,11 @@ __global__ void __launch_bounds__(256, 4) level_rows_kernel(Op op, const KeyT* k
   }
 }
 
-// Level 0 and the levels above over the sorted plan, level 0 taking the contributions from src (the permutation,
-// or engine::SortedValues where the sort carried them). kWarpRows = false keeps to the one-thread-per-(position or
-// slot, column) kernels (a key chunk's plan, and the calls whose sort carries their contributions: sort_reduce_plan).
+// Level 0 and the levels above over the sorted plan, level 0 taking the contributions from src: through the
+// permutation (level0_kernel, or level0_rows_kernel for wide rows), or engine::SortedValues where the sort carried
+// them (level0_window_kernel). kWarpRows = false keeps to the one-thread-per-(position or slot, column) kernels
+// otherwise (a key chunk's plan, and the levels of the calls whose sort carries their contributions:
+// sort_reduce_plan).
 template <typename acc_t, typename KeyT, bool kWarpRows, typename Op, typename Src>
 void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const SortedSegments& sorted, const Src& src,
                  int32_t n, int64_t num_keys, int32_t D) {
@@ -191,10 +259,18 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
   auto* num_slots = levels ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr;
   const KeyT* keys = static_cast<const KeyT*>(sorted.keys);
   const auto level0 = [&] {
-    const Launch2D l0 = launch_2d(n, D);
-    level0_kernel<acc_t, KeyT, Op, Src><<<l0.grid, l0.block, 0, stream>>>(op, keys, src, sorted.seg_first,
-                                                                          sorted.tile_start, n, num_keys, D, scratch,
-                                                                          slot_first, slot_pos);
+    if constexpr (std::is_same_v<Src, engine::SortedValues<acc_t>>) {
+      TORCH_CHECK(D * int64_t{sizeof(acc_t)} <= engine::kWindowValueBytes, "detops: the sort carries at most ",
+                  engine::kWindowValueBytes, " bytes per contribution, got ", D, " columns of ", sizeof(acc_t));
+      const auto grid = static_cast<unsigned>((int64_t{n} + engine::kWindow - 1) / engine::kWindow);
+      level0_window_kernel<acc_t, KeyT, Op><<<grid, engine::kWindow, 0, stream>>>(
+          op, keys, src, sorted.seg_first, sorted.tile_start, n, num_keys, D, scratch, slot_first, slot_pos);
+    } else {
+      const Launch2D l0 = launch_2d(n, D);
+      level0_kernel<acc_t, KeyT, Op, Src><<<l0.grid, l0.block, 0, stream>>>(op, keys, src, sorted.seg_first,
+                                                                            sorted.tile_start, n, num_keys, D,
+                                                                            scratch, slot_first, slot_pos);
+    }
   };
   if constexpr (kWarpRows) {
     if (D >= kWarpRowsMinD && int64_t{n} >= kWarpRowsMinPerKey * num_keys) {
@@ -326,6 +402,7 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
   const bool single = !kChunk && plan::single_block(call);
   // NB: a key chunk never carries its contributions (64-bit keys).
   const bool carry = !kChunk && plan::carries_values(call);
+  TORCH_INTERNAL_ASSERT(!carry || D <= engine::kMaxCarriedColumns, name, "(): a carried contribution of ", D, " columns");
   const int64_t value_bytes = plan::sort_value_bytes(call);
   const plan::Layout layout =
       plan::layout_for(call, single ? 0 : cub_temp_bytes(n, call.key_bytes, bits, value_bytes));
@@ -358,7 +435,7 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
       return;
     }
   }
-  const int blocks = static_cast<int>((n + 255) / 256);
+  const int blocks = static_cast<int>((n + 256 * kKeyItems - 1) / (256 * kKeyItems));
   auto* positions = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
   const auto multi = [&](auto* keys) {
     using KeyT = std::remove_pointer_t<decltype(keys)>;

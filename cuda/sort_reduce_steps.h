@@ -196,7 +196,7 @@ C10_HOST_DEVICE inline TileRange tiles_inside(int32_t head, int32_t end) {
   return {(int64_t{head} + 2 * kBlock - 1) / kBlock, (int64_t{end} + kBlock - 1) / kBlock};
 }
 
-// Contributions a level-0 leader loads before folding them (kBlock is a multiple).
+// Items a leader loads before folding them, at level 0 and above (grouped_fold; kBlock is a multiple).
 constexpr int kLoadGroup = 8;
 
 // The block of up to kBlock contributions that sorted position p leads at level 0, the same for every column:
@@ -213,9 +213,10 @@ struct Level0Block {
 // Contributions in the block that starts at sorted position p with key `key`: the positions from p on that
 // hold key, at most kBlock of them (keys are sorted). NB: the block's last possible position and p + 1 are
 // loaded together and settle a full block and a single contribution; a block in between takes a binary
-// search (at most 5 loads), not a scan of kBlock keys.
-template <typename KeyT>
-C10_HOST_DEVICE inline int32_t block_count(const KeyT* keys, int32_t n, int32_t p, KeyT key) {
+// search (at most 5 loads), not a scan of kBlock keys. Keys: the sorted keys (a pointer, or a shared-memory
+// window of them, WindowKeys), read at p + 1 .. p + kBlock - 1 only.
+template <typename Keys, typename KeyT>
+C10_HOST_DEVICE inline int32_t block_count(const Keys& keys, int32_t n, int32_t p, KeyT key) {
   const int32_t span = static_cast<int32_t>((int64_t{p} + kBlock <= n ? int64_t{kBlock} : int64_t{n} - p) - 1);
   const bool full = keys[p + span] == key;
   const bool single = span == 0 || keys[p + 1] != key;
@@ -238,12 +239,14 @@ C10_HOST_DEVICE inline int32_t block_count(const KeyT* keys, int32_t n, int32_t 
 // Its key, the key before it and the key at the start of its tile settle most positions: a head; a position
 // whose segment started inside its tile (so less than kBlock before it) leads nothing; the others take their
 // segment's start from the tile's (tile_start, not read in the first tile, so it may be null for n <= kBlock).
-// A long segment's leader takes its slot from the first one its head recorded (seg_first).
-template <typename KeyT>
-C10_HOST_DEVICE inline Level0Block level0_block(const KeyT* keys, const int32_t* seg_first, const int32_t* tile_start,
+// A long segment's leader takes its slot from the first one its head recorded (seg_first). Keys and Tiles:
+// pointers, or shared-memory windows (WindowKeys, WindowTiles); keys are read at p - 1 .. p + kBlock and at the
+// start of p's tile only, tile starts at p's tile only.
+template <typename Keys, typename Tiles>
+C10_HOST_DEVICE inline Level0Block level0_block(const Keys& keys, const int32_t* seg_first, const Tiles& tile_start,
                                                 int32_t n, int64_t num_keys, int32_t p) {
   constexpr Level0Block kNone{0, 0, -1, -1};
-  const KeyT key = keys[p];
+  const auto key = keys[p];
   // Invalid contributions are sorted last and never written.
   if (static_cast<int64_t>(key) >= num_keys) return kNone;
   int32_t s0 = p;
@@ -291,33 +294,50 @@ C10_HOST_DEVICE inline acc_t sorted_contribution(const Op& /*op*/, const SortedV
 
 // The key kernel's step where the sort carries the contributions: source position i's D columns, computed only
 // where its key is valid (a skipped or invalid contribution is never read, and may not be computable: its
-// columns are zeros).
+// columns are zeros). The kernel computes carried_contribution for several positions before it stores them.
 template <typename acc_t, typename Op>
-C10_HOST_DEVICE inline void store_contributions(const Op& op, int64_t i, bool valid, int64_t D, acc_t* values) {
-  for (int64_t c = 0; c < D; ++c) values[i * D + c] = valid ? op.contribution(i, c) : acc_t{};
+C10_HOST_DEVICE inline acc_t carried_contribution(const Op& op, int64_t i, bool valid, int64_t c) {
+  return valid ? op.contribution(i, c) : acc_t{};
 }
 
-// Level 0's fold of block b (led by sorted position p) in column c: a segment of one block is finished here,
-// longer ones leave their block sums in scratch. src gives the contributions (sorted_contribution). NB: the
-// contributions are loaded kLoadGroup at a time before they are folded, so the loads are independent instead
-// of one chain; the fold is still fold_block's left fold in source order.
-template <typename acc_t, typename Op, typename Src>
-C10_HOST_DEVICE inline void level0_fold(const Op& op, const Src& src, const Level0Block& b, int64_t D,
-                                        acc_t* scratch, int32_t p, int64_t c) {
-  static_assert(kBlock % kLoadGroup == 0, "level0_fold loads whole groups");
-  const auto combine = combine_of_t<Op>();
+template <typename acc_t, typename Op>
+C10_HOST_DEVICE inline void store_contributions(const Op& op, int64_t i, bool valid, int64_t D, acc_t* values) {
+  for (int64_t c = 0; c < D; ++c) values[i * D + c] = carried_contribution<acc_t>(op, i, valid, c);
+}
+
+// Columns of a carried contribution at most (plan::carries_values: 4 or 8 bytes, of 4-byte accumulators at the
+// least).
+constexpr int kMaxCarriedColumns = 2;
+
+// fold_block's left fold of get(0), ..., get(count - 1), count in [1, kBlock], with the items loaded kLoadGroup at
+// a time before they are folded. NB: the loads are independent instead of one chain, and the fold is fold_block's,
+// in the same order: the same bits.
+template <typename acc_t, typename Get, typename Combine>
+C10_HOST_DEVICE inline acc_t grouped_fold(const Get& get, int count, const Combine& combine) {
+  static_assert(kBlock % kLoadGroup == 0, "grouped_fold loads whole groups");
   acc_t s{};
-  for (int g = 0; g < b.count; g += kLoadGroup) {
+  for (int g = 0; g < count; g += kLoadGroup) {
     acc_t v[kLoadGroup];
 #pragma unroll
     for (int j = 0; j < kLoadGroup; ++j) {
-      if (g + j < b.count) v[j] = sorted_contribution<acc_t>(op, src, p + g + j, D, c);
+      if (g + j < count) v[j] = get(g + j);
     }
 #pragma unroll
     for (int j = 0; j < kLoadGroup; ++j) {
-      if (g + j < b.count) s = g + j == 0 ? v[j] : combine(s, v[j]);
+      if (g + j < count) s = g + j == 0 ? v[j] : combine(s, v[j]);
     }
   }
+  return s;
+}
+
+// Level 0's fold of block b (led by sorted position p) in column c: a segment of one block is finished here,
+// longer ones leave their block sums in scratch. src gives the contributions (sorted_contribution), loaded a group
+// at a time (grouped_fold).
+template <typename acc_t, typename Op, typename Src>
+C10_HOST_DEVICE inline void level0_fold(const Op& op, const Src& src, const Level0Block& b, int64_t D,
+                                        acc_t* scratch, int32_t p, int64_t c) {
+  const acc_t s = grouped_fold<acc_t>([&](int i) { return sorted_contribution<acc_t>(op, src, p + i, D, c); }, b.count,
+                                      combine_of_t<Op>());
   if (b.slot >= 0) {
     scratch[int64_t{b.slot} * D + c] = s;
   } else {
@@ -336,6 +356,87 @@ C10_HOST_DEVICE inline void level0_step(const Op& op, const KeyT* keys, const Sr
   if (b.count == 0) return;
   if (c == 0) record_slot(b, p, slot_first, slot_pos);
   level0_fold<acc_t>(op, src, b, D, scratch, p, c);
+}
+
+// Level 0 from a window in shared memory (level0_window_kernel, the calls whose sort carries their contributions:
+// at most kWindowValueBytes per position). A block of kWindow threads takes the kWindow sorted positions from
+// `base` (a multiple of kWindow), one each. Everything their block facts and folds read lies within kBlock
+// positions of them (level0_block, block_count), so the block first loads, each thread a few independent words,
+// the keys of positions base - 1 .. base + kWindow + kBlock - 1, the carried contributions of base .. base +
+// kWindow + kBlock - 2 and the block's tile starts (window_load); then each position takes its facts and its
+// fold from there (window_level0_step). NB: the same facts and the same left fold as level0_step's, from copies
+// of the same words: the bits cannot differ.
+constexpr int32_t kWindow = 256;
+constexpr int32_t kWindowKeys = kWindow + kBlock + 1;
+constexpr int32_t kWindowValues = kWindow + kBlock - 1;
+constexpr int32_t kWindowTiles = kWindow / kBlock;
+constexpr int64_t kWindowValueBytes = 8;
+static_assert(kWindow % kBlock == 0, "a window holds whole tiles");
+
+// The window's keys as level0_block reads them: keys[p] for p in [base - 1, base + kWindow + kBlock).
+template <typename KeyT>
+struct WindowKeys {
+  const KeyT* keys;
+  int32_t base;
+
+  C10_HOST_DEVICE KeyT operator[](int64_t p) const { return keys[p - base + 1]; }
+};
+
+// The window's tile starts: tile_start[t] for the window's kWindowTiles tiles.
+struct WindowTiles {
+  const int32_t* starts;
+  int32_t first_tile;
+
+  C10_HOST_DEVICE int32_t operator[](int64_t t) const { return starts[t - first_tile]; }
+};
+
+// The window's carried contributions: position q's D columns for q in [base, base + kWindowValues).
+template <typename acc_t>
+struct WindowValues {
+  const acc_t* values;
+  int32_t base;
+};
+
+template <typename acc_t, typename Op>
+C10_HOST_DEVICE inline acc_t sorted_contribution(const Op& /*op*/, const WindowValues<acc_t>& window, int32_t q,
+                                                 int64_t D, int64_t c) {
+  return window.values[(int64_t{q} - window.base) * D + c];
+}
+
+// Thread t's share of loading the window from `base`: the keys at window indices t and t + kWindow, the carried
+// contributions of the same positions where the window holds them, and tile start t. Positions outside [0, n)
+// are left unwritten (level0_block never reads them); so are the tile starts without tree levels (tile_start
+// null: n <= kBlock, and only the first tile, which reads none). NB: every load is independent of the others.
+template <typename acc_t, typename KeyT>
+C10_HOST_DEVICE inline void window_load(const KeyT* keys, const SortedValues<acc_t>& src, const int32_t* tile_start,
+                                        int32_t n, int64_t D, int32_t base, int t, KeyT* wkeys, acc_t* wvalues,
+                                        int32_t* wtiles) {
+  for (int j = t; j < kWindowKeys; j += kWindow) {
+    const int64_t p = int64_t{base} - 1 + j;
+    if (p < 0 || p >= n) continue;
+    wkeys[j] = keys[p];
+    if (p >= base && p - base < kWindowValues) {
+      for (int64_t c = 0; c < D; ++c) wvalues[(p - base) * D + c] = src.values[p * D + c];
+    }
+  }
+  if (t < kWindowTiles && tile_start != nullptr && int64_t{base} + int64_t{t} * kBlock < n) {
+    wtiles[t] = tile_start[base / kBlock + t];
+  }
+}
+
+// Level 0 for sorted position p of the window from `base`, all columns, once window_load has run for all of the
+// window's threads.
+template <typename acc_t, typename KeyT, typename Op>
+C10_HOST_DEVICE inline void window_level0_step(const Op& op, const KeyT* wkeys, const acc_t* wvalues,
+                                               const int32_t* wtiles, const int32_t* seg_first, int32_t n,
+                                               int64_t num_keys, int64_t D, int32_t base, acc_t* scratch,
+                                               int32_t* slot_first, int32_t* slot_pos, int32_t p) {
+  const Level0Block b = level0_block(WindowKeys<KeyT>{wkeys, base}, seg_first, WindowTiles{wtiles, base / kBlock},
+                                     n, num_keys, p);
+  if (b.count == 0) return;
+  record_slot(b, p, slot_first, slot_pos);
+  const WindowValues<acc_t> window{wvalues, base};
+  for (int64_t c = 0; c < D; ++c) level0_fold<acc_t>(op, window, b, D, scratch, p, c);
 }
 
 // A level-L group led by scratch slot q: its item count, and the key it finishes (finish) if it covers a
@@ -362,8 +463,25 @@ C10_HOST_DEVICE inline LevelGroup level_group(const KeyT* keys, const int32_t* s
   if (((q - f) & (group - 1)) != 0) return {0, 0, false};
   const auto in_segment = [&](int32_t x) { return x < total && slot_first[x] == f; };
   if (!in_segment(f + stride)) return {0, 0, false};  // a single item left: finished at an earlier level
+  // The group's items are those of q, q + stride, ... in the segment's slots, a prefix (its slots are contiguous).
+  // NB: as in block_count, the last possible item and the second are loaded together and settle a full group and
+  // a single item; a group in between takes a binary search (at most 5 loads), not a walk of kBlock loads.
   int32_t count = 1;
-  while (count < kBlock && in_segment(q + count * stride)) ++count;
+  if (in_segment(q + (kBlock - 1) * stride)) {
+    count = kBlock;
+  } else if (in_segment(q + stride)) {
+    // in_segment(q + stride) and not at q + (kBlock - 1) stride: the first item outside is in [2, kBlock - 1].
+    int32_t lo = 2, hi = kBlock - 1;
+    while (lo < hi) {
+      const int32_t mid = (lo + hi) / 2;
+      if (in_segment(q + mid * stride)) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    count = lo;
+  }
   if (q == f && !in_segment(f + group)) {
     // Slots exist only for valid keys (long_segment_slots), so this key is in [0, num_keys).
     return {static_cast<int64_t>(keys[slot_pos[q]]), count, true};
@@ -374,8 +492,8 @@ C10_HOST_DEVICE inline LevelGroup level_group(const KeyT* keys, const int32_t* s
 template <typename acc_t, typename Op>
 C10_HOST_DEVICE inline void level_fold(const Op& op, const LevelGroup& g, int32_t stride, int64_t D, acc_t* scratch,
                                        int32_t q, int64_t c) {
-  const acc_t s = fold_block<acc_t>([&](int i) { return scratch[int64_t{q + i * stride} * D + c]; }, g.count,
-                                    combine_of_t<Op>());
+  const acc_t s = grouped_fold<acc_t>([&](int i) { return scratch[int64_t{q + i * stride} * D + c]; }, g.count,
+                                      combine_of_t<Op>());
   if (g.finish) {
     op.finalize(g.key, c, s);
   } else {

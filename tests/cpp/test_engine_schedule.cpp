@@ -73,14 +73,58 @@ std::vector<int32_t> warp_long_segments(const KeyT* keys, int32_t n, int64_t num
   return slots;
 }
 
+// level0_window_kernel on the CPU: the windows in a shuffled order; in each, its threads load their share of the
+// window (engine::window_load) in a shuffled order, then, after the barrier, take their positions' level 0
+// (engine::window_level0_step) in another. The window's arrays start filled with a marker that no key equals
+// (and a NaN-free value that no sum would give), so a read of a word no thread loaded shows in the bits or the
+// blocks; tile_start is null where the call has no tree levels, as on the device.
+template <typename acc_t, typename KeyT, typename Op>
+void window_level0(const Op& op, const KeyT* keys, const detops::engine::SortedValues<acc_t>& src,
+                   const int32_t* seg_first, const int32_t* tile_start, int32_t n, int64_t num_keys, int64_t D,
+                   acc_t* scratch, int32_t* slot_first, int32_t* slot_pos, std::mt19937& rng) {
+  namespace engine = detops::engine;
+  constexpr int32_t kBlock = detops::kBlock;
+  ASSERT_LE(D * int64_t{sizeof(acc_t)}, engine::kWindowValueBytes);
+  std::vector<int32_t> windows((n + engine::kWindow - 1) / engine::kWindow);
+  std::iota(windows.begin(), windows.end(), 0);
+  std::shuffle(windows.begin(), windows.end(), rng);
+  std::vector<int> threads(engine::kWindow);
+  std::iota(threads.begin(), threads.end(), 0);
+  for (const int32_t w : windows) {
+    const int32_t base = w * engine::kWindow;
+    std::vector<KeyT> wkeys(engine::kWindowKeys, static_cast<KeyT>(num_keys + 12345));
+    std::vector<acc_t> wvalues(static_cast<size_t>(engine::kWindowValues * D), acc_t(98765));
+    std::vector<int32_t> wtiles(engine::kWindowTiles, -9);
+    std::shuffle(threads.begin(), threads.end(), rng);
+    for (const int t : threads) {
+      engine::window_load<acc_t>(keys, src, tile_start, n, D, base, t, wkeys.data(), wvalues.data(), wtiles.data());
+    }
+    for (int32_t p = base; p < std::min(n, base + engine::kWindow); ++p) {
+      const engine::Level0Block a = engine::level0_block(engine::WindowKeys<KeyT>{wkeys.data(), base}, seg_first,
+                                                         engine::WindowTiles{wtiles.data(), base / kBlock}, n,
+                                                         num_keys, p);
+      const engine::Level0Block b = engine::level0_block(keys, seg_first, tile_start, n, num_keys, p);
+      ASSERT_TRUE(a.key == b.key && a.count == b.count && a.slot == b.slot && a.first == b.first) << p;
+    }
+    std::shuffle(threads.begin(), threads.end(), rng);
+    for (const int t : threads) {
+      if (base + t >= n) continue;
+      engine::window_level0_step<acc_t>(op, wkeys.data(), wvalues.data(), wtiles.data(), seg_first, n, num_keys, D,
+                                        base, scratch, slot_first, slot_pos, base + t);
+    }
+  }
+}
+
 // Emulates the key kernel and plan_segments (the stable sort, then the heads of long segments taking their slots
 // from a counter, in a shuffled order as atomics may, and the tiles' segment starts) and reduce_plan (level 0
 // with the slot tables, the levels) with shuffled threads; checks every position's slots, tile start and block
 // against its segment, found by a direct scan. With carry, the sort carries the contributions
 // (engine::store_contributions in source order, sorted with the keys) and level 0 reads them from
-// engine::SortedValues instead of through the permutation.
+// engine::SortedValues instead of through the permutation: one thread per (position, column) as level0_kernel,
+// or, with window, as level0_window_kernel runs it (window_level0).
 template <typename acc_t, typename Op>
-void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, bool carry, std::mt19937& rng) {
+void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, bool carry, std::mt19937& rng,
+                      bool window = false) {
   constexpr int32_t kBlock = detops::kBlock;
   std::vector<uint32_t> unsorted(n);
   for (int32_t i = 0; i < n; ++i) unsorted[i] = static_cast<uint32_t>(op.key(i));
@@ -152,8 +196,13 @@ void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, bool
   std::vector<int32_t> slot_first(max_slots, -7), slot_pos(max_slots, -7);
   std::vector<acc_t> scratch(static_cast<size_t>(max_slots * D), acc_t(12345));
   std::vector<std::pair<int32_t, int64_t>> threads;
-  for (int32_t p = 0; p < n; ++p)
-    for (int64_t c = 0; c < D; ++c) threads.emplace_back(p, c);
+  if (carry && window) {
+    window_level0<acc_t>(op, keys.data(), sorted_values, seg_first.data(), n <= kBlock ? nullptr : tile_start.data(),
+                         n, num_keys, D, scratch.data(), slot_first.data(), slot_pos.data(), rng);
+  } else {
+    for (int32_t p = 0; p < n; ++p)
+      for (int64_t c = 0; c < D; ++c) threads.emplace_back(p, c);
+  }
   std::shuffle(threads.begin(), threads.end(), rng);
   for (auto [p, c] : threads) {
     if (carry) {
@@ -199,7 +248,10 @@ TEST(EngineSchedule, IndexAddGivesTheCpuBitsWhateverTheThreadOrder) {
   };
   for (const auto& lengths : shapes) {
     for (int64_t width : {1, 2, 5}) {
-      for (const bool carry : {false, true}) {
+      // 0: through the permutation; 1: carried, a thread per (position, column); 2: carried, the window kernel.
+      for (const int mode : {0, 1, 2}) {
+        if (mode == 2 && width * int64_t{sizeof(float)} > detops::engine::kWindowValueBytes) continue;
+        const bool carry = mode > 0;
         const at::Tensor index = index_with_segments(lengths, rng);
         const int64_t n = index.numel();
         const at::Tensor self = at::randn({static_cast<int64_t>(lengths.size()), width});
@@ -207,8 +259,8 @@ TEST(EngineSchedule, IndexAddGivesTheCpuBitsWhateverTheThreadOrder) {
         const at::Tensor expected = detops::index_add(self, 0, index, source, 0.5);
         at::Tensor result = self.clone();
         const auto op = detops::make_index_add_op<float, int64_t>(result, 0, index, source, 0.5);
-        run_gpu_schedule<float>(op, static_cast<int32_t>(n), op.dim_size, width, carry, rng);
-        EXPECT_TRUE(bitwise_equal(result, expected)) << "n " << n << " width " << width << " carry " << carry;
+        run_gpu_schedule<float>(op, static_cast<int32_t>(n), op.dim_size, width, carry, rng, mode == 2);
+        EXPECT_TRUE(bitwise_equal(result, expected)) << "n " << n << " width " << width << " mode " << mode;
       }
     }
   }
@@ -222,16 +274,16 @@ TEST(EngineSchedule, ScatterAddGivesTheCpuBitsWhateverTheThreadOrder) {
   at::Tensor index = at::randint(0, 50, {3000, 6});
   index.narrow(0, 0, 1500).fill_(3);
   const at::Tensor expected = detops::scatter_add(self, 0, index, src);
-  for (const bool carry : {false, true}) {
+  for (const int mode : {0, 1, 2}) {
     at::Tensor result = self.clone();
     const auto op = detops::make_scatter_add_op<double, int64_t>(result, 0, index, src);
-    run_gpu_schedule<double>(op, static_cast<int32_t>(index.numel()), result.numel(), 1, carry, rng);
-    EXPECT_TRUE(bitwise_equal(result, expected)) << "carry " << carry;
+    run_gpu_schedule<double>(op, static_cast<int32_t>(index.numel()), result.numel(), 1, mode > 0, rng, mode == 2);
+    EXPECT_TRUE(bitwise_equal(result, expected)) << "mode " << mode;
   }
 }
 
 // Invalid contributions between valid ones (nll_loss2d's ignored pixels: key 1 of 1 key, two columns): whether
-// the sort carries the contributions or not, both schedules give the CPU engine's sums.
+// the sort carries the contributions or not, each schedule gives the CPU engine's sums.
 TEST(EngineSchedule, IgnoredPixelsGiveTheCpuSumsWhetherOrNotTheSortCarriesTheContributions) {
   std::mt19937 rng(9);
   at::manual_seed(9);
@@ -241,14 +293,15 @@ TEST(EngineSchedule, IgnoredPixelsGiveTheCpuSumsWhetherOrNotTheSortCarriesTheCon
   const at::Tensor weight = at::rand({4});
   const auto terms = detops::make_nll_loss2d_terms<float>(input, target, weight, 255);
   const int64_t n = target.numel();
-  // mode -1: the CPU engine; 0: the GPU schedule through the permutation; 1: from the carried contributions.
+  // mode -1: the CPU engine; 0: the GPU schedule through the permutation; 1: from the carried contributions;
+  // 2: from them, as the window kernel.
   const auto run = [&](int mode) {
     std::vector<float> sums(2, 0.0f);
     const detops::NllLoss2dSumOp<float> op{terms, sums.data()};
     if (mode < 0) {
       detops::cpu::Engine::sort_reduce<float>("nll_loss2d_forward", op, n, 1, 2, input);
     } else {
-      run_gpu_schedule<float>(op, static_cast<int32_t>(n), 1, 2, mode == 1, rng);
+      run_gpu_schedule<float>(op, static_cast<int32_t>(n), 1, 2, mode >= 1, rng, mode == 2);
     }
     return sums;
   };
@@ -256,6 +309,7 @@ TEST(EngineSchedule, IgnoredPixelsGiveTheCpuSumsWhetherOrNotTheSortCarriesTheCon
   EXPECT_NE(expected[0], 0.0f);
   EXPECT_EQ(run(0), expected);
   EXPECT_EQ(run(1), expected);
+  EXPECT_EQ(run(2), expected);
 }
 
 // The key kernel's store where the sort carries the contributions: a valid contribution's D columns, zeros for an
@@ -423,6 +477,43 @@ TEST(EngineSchedule, BlockCountIsTheRunWithinOneBlock) {
 
 // Invalid contributions (key num_keys, sorted last) get no scratch slots and lead no block, so no tree level
 // can fold or finalize them, however many there are.
+// A level's group facts against a walk over the slot tables: segments of 1 to 3,000 slots (their slots
+// contiguous, as the heads take them), every slot at the strides of levels 1 to 3.
+TEST(EngineSchedule, LevelGroupCountsTheSegmentsItems) {
+  constexpr int32_t kBlock = detops::kBlock;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<int32_t> slot_first, slot_pos;
+    std::vector<uint32_t> keys;
+    const int max_len = trial % 2 == 0 ? 40 : 3000;
+    for (uint32_t segment = 0; slot_first.size() < 6000; ++segment) {
+      const int len = std::uniform_int_distribution<int>(1, max_len)(rng);
+      const auto f = static_cast<int32_t>(slot_first.size());
+      for (int i = 0; i < len; ++i) {
+        slot_first.push_back(f);
+        slot_pos.push_back(static_cast<int32_t>(keys.size()));
+        keys.push_back(segment);
+      }
+    }
+    const auto total = static_cast<int32_t>(slot_first.size());
+    for (int32_t stride = 1; stride <= kBlock * kBlock; stride *= kBlock) {
+      for (int32_t q = 0; q < total; ++q) {
+        const int32_t f = slot_first[q];
+        const auto in_segment = [&](int64_t x) { return x < total && slot_first[x] == f; };
+        int32_t count = 0;
+        if ((q - f) % (stride * kBlock) == 0 && in_segment(f + stride)) {
+          while (count < kBlock && in_segment(q + int64_t{count} * stride)) ++count;
+        }
+        const detops::engine::LevelGroup g =
+            detops::engine::level_group(keys.data(), slot_first.data(), slot_pos.data(), total, stride, q);
+        ASSERT_EQ(g.count, count) << "trial " << trial << ", stride " << stride << ", q " << q;
+        ASSERT_EQ(g.finish, count > 0 && q == f && !in_segment(f + int64_t{stride} * kBlock)) << q;
+        if (g.finish) ASSERT_EQ(g.key, keys[slot_pos[q]]) << q;
+      }
+    }
+  }
+}
+
 TEST(EngineSchedule, TheInvalidSegmentGetsNoSlots) {
   const int64_t num_keys = 5;
   std::vector<uint32_t> keys(40, 0u);
