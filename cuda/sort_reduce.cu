@@ -1,5 +1,6 @@
-// The plan of the sort-reduce engine: stable radix sort of (key, source position), then the scratch slots of the
-// long segments, taken by their heads (docs/order_contract.md, docs/engine.md).
+// The plan of the sort-reduce engine: stable sort of (key, source position or carried contribution), a counting
+// sort for small key ranges and CUB's radix sort otherwise, then the scratch slots of the long segments, taken by
+// their heads (docs/order_contract.md, docs/engine.md).
 // Everything lives in the call's one workspace (plan::layout_for).
 #include "cuda/sort_reduce.h"
 #include "cuda/sort_reduce_steps.h"
@@ -12,6 +13,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <cuda/std/iterator>
 
@@ -96,6 +98,99 @@ __global__ void long_segments_kernel(const KeyT* keys, int32_t n, int64_t num_ke
   }
 }
 
+// The counting sort's keys past n: in no bin.
+constexpr uint32_t kNoBin = 0xffffffffu;
+
+// The first phase of both counting kernels: warp `warp` counts its part of the tile (keys k, one per chunk, kNoBin
+// past n) per bin into its row of shared counts. In each chunk the lanes of one key find each other
+// (__match_any_sync) and the first adds their number: one writer per (row, bin) at a time, ordered by
+// __syncwarp() from one chunk to the next.
+__device__ void count_part(const uint32_t (&k)[engine::kCountChunks], int lane, uint32_t* row) {
+  for (int c = 0; c < engine::kCountChunks; ++c) {
+    const uint32_t peers = __match_any_sync(0xffffffffu, k[c]);
+    if (k[c] != kNoBin && engine::peer_rank(peers, lane) == 0) row[k[c]] += engine::popcount32(peers);
+    __syncwarp();
+  }
+}
+
+__device__ void load_part(const uint32_t* keys, int32_t n, int64_t tile, int warp, int lane,
+                          uint32_t (&k)[engine::kCountChunks]) {
+#pragma unroll
+  for (int c = 0; c < engine::kCountChunks; ++c) {
+    const int64_t p = engine::count_position(tile, warp, c, lane);
+    k[c] = p < n ? keys[p] : kNoBin;
+  }
+}
+
+// A block of engine::kCountWarps warps per tile of plan::kCountingTile contributions: each warp counts its part per
+// bin (count_part), then the block sums the rows into the tile's column of the table, bin-major (table[bin *
+// tiles + tile]). NB: integer counts, exact in any order.
+__global__ void __launch_bounds__(engine::kCountWarps * 32) counting_count_kernel(const uint32_t* keys, int32_t n,
+                                                                                  int32_t bins, int32_t tiles,
+                                                                                  uint32_t* table) {
+  __shared__ uint32_t rows[engine::kCountWarps][plan::kCountingMaxBins];
+  const int t = static_cast<int>(threadIdx.x);
+  const int warp = t / 32;
+  const int lane = t % 32;
+  uint32_t k[engine::kCountChunks];
+  load_part(keys, n, blockIdx.x, warp, lane, k);
+  for (int b = lane; b < bins; b += 32) rows[warp][b] = 0;
+  __syncwarp();
+  count_part(k, lane, rows[warp]);
+  __syncthreads();
+  for (int b = t; b < bins; b += blockDim.x) {
+    uint32_t total = 0;
+    for (int w = 0; w < engine::kCountWarps; ++w) total += rows[w][b];
+    table[int64_t{b} * tiles + blockIdx.x] = total;
+  }
+}
+
+// The scatter of the counting sort, a block per tile as the count kernel: the warps count their parts again; each
+// row becomes the first sorted position of the warp's keys of each bin (the tile's from the scanned table, then
+// the warps before it); then each warp walks its chunks in turn: a lane's sorted position is its bin's next one
+// plus its rank among the chunk's lanes of its key (engine::peer_rank), and the first of them moves the next
+// position past them. NB: the order of the keys of one bin is tiles, then warps, then chunks, then lanes: source
+// order (engine::count_position), so the sort is stable.
+template <typename ValueT>
+__global__ void __launch_bounds__(engine::kCountWarps * 32) counting_scatter_kernel(
+    const uint32_t* keys, const ValueT* values, int32_t n, int32_t bins, int32_t tiles, const uint32_t* first,
+    uint32_t* keys_out, ValueT* values_out) {
+  __shared__ uint32_t rows[engine::kCountWarps][plan::kCountingMaxBins];
+  const int t = static_cast<int>(threadIdx.x);
+  const int warp = t / 32;
+  const int lane = t % 32;
+  uint32_t k[engine::kCountChunks];
+  load_part(keys, n, blockIdx.x, warp, lane, k);
+  for (int b = lane; b < bins; b += 32) rows[warp][b] = 0;
+  __syncwarp();
+  count_part(k, lane, rows[warp]);
+  __syncthreads();
+  for (int b = t; b < bins; b += blockDim.x) {
+    uint32_t at = first[int64_t{b} * tiles + blockIdx.x];
+    for (int w = 0; w < engine::kCountWarps; ++w) {
+      const uint32_t count = rows[w][b];
+      rows[w][b] = at;
+      at += count;
+    }
+  }
+  __syncthreads();
+  uint32_t* next = rows[warp];
+  for (int c = 0; c < engine::kCountChunks; ++c) {
+    const int64_t p = engine::count_position(blockIdx.x, warp, c, lane);
+    const ValueT v = p < n ? values[p] : ValueT{};
+    const uint32_t peers = __match_any_sync(0xffffffffu, k[c]);
+    const uint32_t at = k[c] != kNoBin ? next[k[c]] : 0;
+    __syncwarp();
+    const int rank = engine::peer_rank(peers, lane);
+    if (k[c] != kNoBin) {
+      if (rank == 0) next[k[c]] = at + engine::popcount32(peers);
+      keys_out[at + rank] = k[c];
+      values_out[at + rank] = v;
+    }
+    __syncwarp();
+  }
+}
+
 // CUB temp sizes depend on the device and the problem, not on the data: queried once per shape.
 std::mutex temp_mutex;
 std::map<std::tuple<int, int64_t, int64_t, int, int64_t>, int64_t> temp_cache;
@@ -115,14 +210,44 @@ template <typename KeyT, typename ValueT>
 SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys) {
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int bits = plan::sort_bits_for(num_keys, sizeof(KeyT));
-  // NB: radix sort is stable, so equal keys keep source order. Sort only the bits num_keys needs.
-  cub::DoubleBuffer<KeyT> keys(reinterpret_cast<KeyT*>(ws + layout.keys[0]), reinterpret_cast<KeyT*>(ws + layout.keys[1]));
-  cub::DoubleBuffer<ValueT> values(reinterpret_cast<ValueT*>(ws + layout.pos[0]),
-                                   reinterpret_cast<ValueT*>(ws + layout.pos[1]));
+  const KeyT* sorted = nullptr;
+  const void* sorted_values = nullptr;
   size_t bytes = static_cast<size_t>(layout.temp_bytes);
-  // NB: the temp pointer is never null (layout_for gives at least one byte): a null one would make this a size query.
-  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + layout.temp, bytes, keys, values, n, 0, bits, stream));
-  const KeyT* sorted = keys.Current();
+  bool counted = false;
+  if constexpr (std::is_same_v<KeyT, uint32_t>) {
+    if (layout.table_entries > 0) {
+      // NB: the counting sort is stable (counting_scatter_kernel), as the radix sort.
+      const auto* keys_in = reinterpret_cast<const uint32_t*>(ws + layout.keys[0]);
+      auto* keys_out = reinterpret_cast<uint32_t*>(ws + layout.keys[1]);
+      auto* table = reinterpret_cast<uint32_t*>(ws + layout.table);
+      const auto tiles = static_cast<int32_t>(plan::counting_tiles(n));
+      const auto bins = static_cast<int32_t>(num_keys + 1);
+      counting_count_kernel<<<tiles, engine::kCountWarps * 32, 0, stream>>>(keys_in, n, bins, tiles, table);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      C10_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws + layout.temp, bytes, table, table,
+                                                   static_cast<int32_t>(layout.table_entries),
+                                                   static_cast<cudaStream_t>(stream)));
+      auto* values_out = reinterpret_cast<ValueT*>(ws + layout.pos[1]);
+      counting_scatter_kernel<ValueT><<<tiles, engine::kCountWarps * 32, 0, stream>>>(
+          keys_in, reinterpret_cast<const ValueT*>(ws + layout.pos[0]), n, bins, tiles, table, keys_out, values_out);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      sorted = keys_out;
+      sorted_values = values_out;
+      counted = true;
+    }
+  }
+  if (!counted) {
+    // NB: radix sort is stable, so equal keys keep source order. Sort only the bits num_keys needs.
+    cub::DoubleBuffer<KeyT> keys(reinterpret_cast<KeyT*>(ws + layout.keys[0]),
+                                 reinterpret_cast<KeyT*>(ws + layout.keys[1]));
+    cub::DoubleBuffer<ValueT> values(reinterpret_cast<ValueT*>(ws + layout.pos[0]),
+                                     reinterpret_cast<ValueT*>(ws + layout.pos[1]));
+    // NB: the temp pointer is never null (layout_for gives at least one byte): a null one would make this a size
+    // query.
+    C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + layout.temp, bytes, keys, values, n, 0, bits, stream));
+    sorted = keys.Current();
+    sorted_values = values.Current();
+  }
 
   // The long segments' scratch slots and the tiles' segment starts (none without tree levels: then no segment
   // is longer than one block, and every position is in the first tile).
@@ -136,7 +261,7 @@ SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64
                                                            reinterpret_cast<int32_t*>(ws + layout.num_slots));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return {sorted, values.Current(), seg_first, tile_start};
+  return {sorted, sorted_values, seg_first, tile_start};
 }
 
 void check_value_bytes(int64_t key_bytes, int64_t value_bytes) {
@@ -146,6 +271,20 @@ void check_value_bytes(int64_t key_bytes, int64_t value_bytes) {
 }
 
 }  // namespace
+
+int64_t cub_scan_temp_bytes(int64_t items) {
+  TORCH_CHECK(items > 0 && items <= INT32_MAX, "detops: the counting sort's table takes 1 to 2^31-1 entries, got ",
+              items);
+  const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), items, int64_t{0}, -1, int64_t{0});
+  const std::lock_guard<std::mutex> lock(temp_mutex);
+  const auto it = temp_cache.find(key);
+  if (it != temp_cache.end()) return it->second;
+  size_t bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<uint32_t*>(nullptr),
+                                               static_cast<uint32_t*>(nullptr), static_cast<int32_t>(items)));
+  temp_cache.emplace(key, static_cast<int64_t>(bytes));
+  return static_cast<int64_t>(bytes);
+}
 
 int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_bytes) {
   check_value_bytes(key_bytes, value_bytes);

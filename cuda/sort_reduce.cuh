@@ -402,12 +402,15 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
   const bool single = !kChunk && plan::single_block(call);
   // NB: a key chunk never carries its contributions (64-bit keys).
   const bool carry = !kChunk && plan::carries_values(call);
-  TORCH_INTERNAL_ASSERT(!carry || D <= engine::kMaxCarriedColumns, name, "(): a carried contribution of ", D, " columns");
+  TORCH_INTERNAL_ASSERT(!carry || D <= engine::kMaxCarriedColumns, name, "(): a carried contribution of ", D,
+                        " columns");
   const int64_t value_bytes = plan::sort_value_bytes(call);
   const plan::Layout layout =
-      plan::layout_for(call, single ? 0 : cub_temp_bytes(n, call.key_bytes, bits, value_bytes));
+      plan::layout_for(call, single                      ? 0
+                             : plan::counting_sort(call) ? cub_scan_temp_bytes(plan::counting_table_entries(call))
+                                                         : cub_temp_bytes(n, call.key_bytes, bits, value_bytes));
   // The call's one allocation: keys, their values (positions or contributions), the long segments' first slots,
-  // the tiles' segment starts, slot tables, scratch and CUB's temp storage.
+  // the tiles' segment starts, slot tables, scratch, the counting sort's table and CUB's temp storage.
   at::Tensor workspace = empty_scratch({layout.total}, device_options.dtype(at::kByte));
   char* ws = static_cast<char*>(workspace.data_ptr());
   if constexpr (!kChunk) {

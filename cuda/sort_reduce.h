@@ -24,11 +24,15 @@ struct SortedSegments {
 // Bytes of CUB temp storage a call needs (the radix sort's), queried once per (device, n, key width, bits, value
 // width) and cached.
 int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_bytes);
+// Bytes of CUB temp storage of the counting sort's scan over `items` table entries (plan::counting_sort), cached
+// the same way.
+int64_t cub_scan_temp_bytes(int64_t items);
 
 // ws: the call's workspace, whose layout.keys[0] / layout.pos[0] hold the unsorted keys (values in
 // [0, num_keys]; num_keys marks an invalid contribution, sorted last and never written) and their values of
 // value_bytes each (plan::sort_value_bytes): source positions (4), or the contributions where the call carries
-// them (4 or 8, 32-bit keys only). Sorts (key, value) stably, gives the long segments their scratch slots (the
+// them (4 or 8, 32-bit keys only). Sorts (key, value) stably (by counting where layout.table_entries > 0,
+// plan::counting_sort; else by radix), gives the long segments their scratch slots (the
 // counter at layout.num_slots zeroed by the key kernel) and the tiles their segment starts, on the current
 // stream, no host sync.
 SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "ops/contract.h"
+#include "ops/plan.h"
 
 #include <cstdint>
 
@@ -209,6 +210,30 @@ struct Level0Block {
   int32_t slot;
   int32_t first;
 };
+
+// The stable counting sort (plan::counting_sort; the kernels in cuda/sort_reduce.cu). A block of kCountWarps warps
+// takes a tile of plan::kCountingTile contributions; warp w takes kCountChunks chunks of kBlock consecutive ones,
+// after those of warps 0 .. w-1, lane l the l-th of each chunk. Each warp counts its part per bin in its own row
+// (chunk by chunk: the lanes of a chunk that hold one key find each other, __match_any_sync on the device, and
+// the first of them adds their number); the count kernel sums a tile's rows into the table, bin-major (bin *
+// tiles + tile), whose exclusive scan gives each (bin, tile) the first sorted position of its keys. The scatter
+// kernel counts again, turns each row into the first position of the warp's keys of each bin (the tile's, plus
+// the counts of the warps before it), then walks its chunks again: a lane's position is its bin's next one plus
+// its rank among the chunk's lanes of its key, and the first of them moves the bin's next position past them.
+// NB: so equal keys keep their order across tiles (the scan), warps (the rows' prefix), chunks (in turn) and
+// lanes (the rank): the sort is stable, as the radix sort.
+constexpr int kCountWarps = 8;
+constexpr int kCountChunks = static_cast<int>(plan::kCountingTile / kCountWarps / kBlock);
+static_assert(kCountChunks * kCountWarps * kBlock == plan::kCountingTile, "a tile is whole chunks of every warp");
+
+C10_HOST_DEVICE inline int64_t count_position(int64_t tile, int warp, int chunk, int lane) {
+  return tile * plan::kCountingTile + (int64_t{warp} * kCountChunks + chunk) * kBlock + lane;
+}
+
+// Lane l's rank among the lanes of its chunk that hold its key (peers, a mask with bit l set): 0 for the first.
+C10_HOST_DEVICE inline int peer_rank(uint32_t peers, int lane) {
+  return popcount32(peers & ((uint32_t{1} << lane) - 1u));
+}
 
 // Contributions in the block that starts at sorted position p with key `key`: the positions from p on that
 // hold key, at most kBlock of them (keys are sorted). NB: the block's last possible position and p + 1 are

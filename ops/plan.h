@@ -92,6 +92,28 @@ inline int64_t sort_value_bytes(const EngineCall& call) {
   return carries_values(call) ? call.D * call.acc_bytes : 4;
 }
 
+// The stable counting sort (cuda/sort_reduce.cu, docs/engine.md step 2) in place of the radix sort, where the keys
+// take at most kCountingMaxBins values (num_keys + 1: the invalid key num_keys is a bin too), are 32-bit, and the
+// call takes the multi-block path: a count kernel (tiles of kCountingTile contributions, a table of bins x tiles
+// counts), CUB's exclusive scan of the table in place (2 launches), a scatter kernel. 4 launches and no memset,
+// where the radix sort takes 3 to 4 launches and as many memsets for 1 to 10 bits.
+constexpr int64_t kCountingMaxBins = 1024;
+constexpr int64_t kCountingTile = 4096;
+inline bool counting_sort(const EngineCall& call) {
+  const int64_t key_bytes = call.key_bytes > 0 ? call.key_bytes : key_bytes_for(call.num_keys);
+  return call.kind == Kind::kSortReduce && !single_block(call) && call.n <= INT32_MAX && key_bytes == 4 &&
+         call.num_keys + 1 <= kCountingMaxBins;
+}
+// Tiles of the counting sort, and the entries of its table (bin-major: bin * tiles + tile).
+inline int64_t counting_tiles(int64_t n) {
+  return (n + kCountingTile - 1) / kCountingTile;
+}
+inline int64_t counting_table_entries(const EngineCall& call) {
+  return (call.num_keys + 1) * counting_tiles(call.n);
+}
+// CUB's DeviceScan (CCCL 3.0, dispatch_scan.cuh): an init kernel and a scan kernel.
+constexpr int64_t kCubScanLaunches = 2;
+
 // The workspace of one sort-reduce call: one allocation, carved at kAlign-aligned offsets (bytes).
 constexpr int64_t kAlign = 256;
 struct Layout {
@@ -105,7 +127,10 @@ struct Layout {
   int64_t slot_pos = 0;      // [max_slots] int32
   int64_t num_slots = 0;     // [1] int32
   int64_t scratch = 0;       // [max_slots * D] accumulators of the tree levels
-  int64_t temp = 0;          // CUB's temp storage (multi-block path only)
+  int64_t table = 0;         // the counting sort's [bins x tiles] uint32 counts, then first positions (counting_sort)
+  int64_t table_entries = 0;
+  int64_t temp = 0;          // CUB's temp storage (multi-block path only): the radix sort's, or the counting
+                             // sort's scan's
   int64_t temp_bytes = 0;
   int64_t max_slots = 0;     // static bound on scratch slots: n / 16 + 1
   int levels = 0;            // tree levels above level 0 in the worst case for n
@@ -115,6 +140,7 @@ Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes);
 
 // CUB's temp storage for a call, predicted (the CUDA engine queries the real size; docs/engine.md).
 int64_t predicted_cub_temp_bytes(int64_t n, int64_t key_bytes, int bits);
+int64_t predicted_cub_scan_temp_bytes(int64_t items);
 
 // The plan of one engine call.
 PlanSummary plan_for(const EngineCall& call);

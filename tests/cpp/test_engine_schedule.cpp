@@ -115,6 +115,95 @@ void window_level0(const Op& op, const KeyT* keys, const detops::engine::SortedV
   }
 }
 
+// counting_count_kernel, the table's exclusive scan and counting_scatter_kernel (cuda/sort_reduce.cu) on the CPU:
+// the tiles in a shuffled order and a tile's warps in another, each warp walking its chunks in turn as the kernels
+// do (a lane's peers: the chunk's lanes that hold its key, as __match_any_sync gives them; every lane reads its
+// bin's next position before the first of its peers moves it). Returns the sorted keys and positions.
+void counting_sort_emulated(const std::vector<uint32_t>& keys, int32_t bins, std::mt19937& rng,
+                            std::vector<uint32_t>& sorted, std::vector<int32_t>& positions) {
+  namespace engine = detops::engine;
+  constexpr uint32_t kNoBin = 0xffffffffu;
+  const auto n = static_cast<int64_t>(keys.size());
+  const auto tiles = static_cast<int32_t>(detops::plan::counting_tiles(n));
+  std::vector<int32_t> order(tiles);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<int> warps(engine::kCountWarps);
+  std::iota(warps.begin(), warps.end(), 0);
+  // One chunk of warp w of a tile: each lane's key and peers.
+  const auto chunk = [&](int32_t tile, int w, int c, uint32_t (&k)[32], uint32_t (&peers)[32]) {
+    for (int l = 0; l < 32; ++l) {
+      const int64_t p = engine::count_position(tile, w, c, l);
+      k[l] = p < n ? keys[p] : kNoBin;
+    }
+    for (int l = 0; l < 32; ++l) {
+      peers[l] = 0;
+      for (int m = 0; m < 32; ++m) peers[l] |= k[m] == k[l] ? uint32_t{1} << m : 0u;
+    }
+  };
+  const auto count_part = [&](int32_t tile, int w, std::vector<uint32_t>& row) {
+    row.assign(bins, 0);
+    for (int c = 0; c < engine::kCountChunks; ++c) {
+      uint32_t k[32], peers[32];
+      chunk(tile, w, c, k, peers);
+      for (int l = 0; l < 32; ++l) {
+        if (k[l] != kNoBin && engine::peer_rank(peers[l], l) == 0) row[k[l]] += engine::popcount32(peers[l]);
+      }
+    }
+  };
+  std::vector<uint32_t> table(static_cast<size_t>(bins) * tiles, 0xdeadbeefu);
+  std::vector<std::vector<uint32_t>> rows(engine::kCountWarps);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (const int32_t tile : order) {
+    std::shuffle(warps.begin(), warps.end(), rng);
+    for (const int w : warps) count_part(tile, w, rows[w]);
+    for (int32_t b = 0; b < bins; ++b) {
+      uint32_t total = 0;
+      for (int w = 0; w < engine::kCountWarps; ++w) total += rows[w][b];
+      table[static_cast<size_t>(b) * tiles + tile] = total;
+    }
+  }
+  uint32_t running = 0;
+  for (uint32_t& entry : table) {
+    const uint32_t count = entry;
+    entry = running;
+    running += count;
+  }
+  ASSERT_EQ(running, static_cast<uint32_t>(n));
+  sorted.assign(n, kNoBin);
+  positions.assign(n, -1);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (const int32_t tile : order) {
+    std::shuffle(warps.begin(), warps.end(), rng);
+    for (const int w : warps) count_part(tile, w, rows[w]);
+    for (int32_t b = 0; b < bins; ++b) {
+      uint32_t at = table[static_cast<size_t>(b) * tiles + tile];
+      for (int w = 0; w < engine::kCountWarps; ++w) {
+        const uint32_t count = rows[w][b];
+        rows[w][b] = at;
+        at += count;
+      }
+    }
+    std::shuffle(warps.begin(), warps.end(), rng);
+    for (const int w : warps) {
+      std::vector<uint32_t>& next = rows[w];
+      for (int c = 0; c < engine::kCountChunks; ++c) {
+        uint32_t k[32], peers[32], at[32];
+        chunk(tile, w, c, k, peers);
+        for (int l = 0; l < 32; ++l) at[l] = k[l] != kNoBin ? next[k[l]] : 0;
+        for (int l = 0; l < 32; ++l) {
+          if (k[l] == kNoBin) continue;
+          const int rank = engine::peer_rank(peers[l], l);
+          if (rank == 0) next[k[l]] = at[l] + engine::popcount32(peers[l]);
+          ASSERT_LT(at[l] + rank, static_cast<uint32_t>(n));
+          ASSERT_EQ(positions[at[l] + rank], -1) << "a sorted position written twice";
+          sorted[at[l] + rank] = k[l];
+          positions[at[l] + rank] = static_cast<int32_t>(engine::count_position(tile, w, c, l));
+        }
+      }
+    }
+  }
+}
+
 // Emulates the key kernel and plan_segments (the stable sort, then the heads of long segments taking their slots
 // from a counter, in a shuffled order as atomics may, and the tiles' segment starts) and reduce_plan (level 0
 // with the slot tables, the levels) with shuffled threads; checks every position's slots, tile start and block
@@ -477,6 +566,38 @@ TEST(EngineSchedule, BlockCountIsTheRunWithinOneBlock) {
 
 // Invalid contributions (key num_keys, sorted last) get no scratch slots and lead no block, so no tree level
 // can fold or finalize them, however many there are.
+// The counting sort, emulated as its kernels run it, sorts as a stable sort does: random keys over 1 to 1,024 bins,
+// in runs or not, sizes around the tiles' and chunks' edges; and it takes the calls the plan gives it.
+TEST(EngineSchedule, CountingSortIsAStableSort) {
+  std::mt19937 rng(12);
+  const std::vector<int64_t> sizes = {1, 31, 33, 4095, 4096, 4097, 9000, 20000};
+  for (int trial = 0; trial < 48; ++trial) {
+    const int64_t n = sizes[trial % sizes.size()];
+    const int32_t bins = std::vector<int32_t>{1, 2, 3, 100, 1001, 1024}[trial % 6];
+    std::vector<uint32_t> keys(n);
+    std::uniform_int_distribution<uint32_t> draw(0, bins - 1);
+    for (auto& k : keys) k = draw(rng);
+    if (trial % 4 == 3) std::sort(keys.begin(), keys.end());
+    std::vector<int32_t> expected(n);
+    std::iota(expected.begin(), expected.end(), 0);
+    std::stable_sort(expected.begin(), expected.end(), [&](int32_t a, int32_t b) { return keys[a] < keys[b]; });
+    std::vector<uint32_t> sorted;
+    std::vector<int32_t> positions;
+    counting_sort_emulated(keys, bins, rng, sorted, positions);
+    ASSERT_EQ(positions, expected) << "trial " << trial << ", n " << n << ", bins " << bins;
+    for (int64_t p = 0; p < n; ++p) ASSERT_EQ(sorted[p], keys[expected[p]]) << p;
+  }
+  using detops::plan::EngineCall;
+  const auto call = [](int64_t n, int64_t num_keys, int64_t key_bytes) {
+    return EngineCall{detops::plan::Kind::kSortReduce, n, num_keys, 1, 4, key_bytes};
+  };
+  EXPECT_TRUE(detops::plan::counting_sort(call(1 << 20, 1023, 4)));
+  EXPECT_TRUE(detops::plan::counting_sort(call(1 << 20, 0, 4)));
+  EXPECT_FALSE(detops::plan::counting_sort(call(1 << 20, 1024, 4)));   // 1,025 bins with the invalid key
+  EXPECT_FALSE(detops::plan::counting_sort(call(1 << 20, 1000, 8)));   // a key chunk's 64-bit keys
+  EXPECT_FALSE(detops::plan::counting_sort(call(1000, 1000, 4)));      // the single-block path
+}
+
 // A level's group facts against a walk over the slot tables: segments of 1 to 3,000 slots (their slots
 // contiguous, as the heads take them), every slot at the strides of levels 1 to 3.
 TEST(EngineSchedule, LevelGroupCountsTheSegmentsItems) {

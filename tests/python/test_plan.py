@@ -20,22 +20,23 @@ SMALL_WORK = 65536
 # Cases (aten overload, shape) whose calls miss a target today, with why, and the most stream operations /
 # allocations any of their calls takes now: a case listed here must still miss (so the list shrinks as the work
 # lands) and must not get worse.
-# Every mid-size sort-reduce call misses the stream-operation target with CUB's onesweep radix sort
-# (docs/engine.md): key kernel 1 + sort (2 + passes) launches and (2 + passes) memsets + long segments' slots 1 +
-# level 0 1 + one launch per tree level. Its allocations (1) meet the target.
+# Every mid-size sort-reduce call misses the stream-operation target (docs/engine.md): key kernel 1 + the sort
+# (CUB's onesweep radix sort: 2 + passes launches and 2 + passes memsets; the counting sort for at most 1,024
+# bins: 4 launches) + long segments' slots 1 + level 0 1 + one launch per tree level. Its allocations (1) meet
+# the target.
 KNOWN_MISSES = {
     ('aten::_embedding_bag_dense_backward', 'recsys_max'): ('27-bit keys: CUB onesweep 6 launches + 6 memsets, 3 tree levels', 18, 1),
     ('aten::_embedding_bag_dense_backward', 'recsys_sum'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::_index_put_impl_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 14, 1),
-    ('aten::_index_put_impl_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::_index_put_impl_', 'high_contention'): ('1,001 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::_index_put_impl_', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::_index_put_impl_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::_index_put_impl_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::adaptive_max_pool2d_backward', 'overlap'): ('26-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 19, 1),
     ('aten::adaptive_max_pool2d_backward.grad_input', 'overlap'): ('26-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 19, 1),
     ('aten::adaptive_max_pool3d_backward', 'cnn3d_overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 3 tree levels', 18, 1),
     ('aten::adaptive_max_pool3d_backward.grad_input', 'cnn3d_overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 3 tree levels', 18, 1),
-    ('aten::bincount', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 14, 1),
-    ('aten::bincount', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::bincount', 'high_contention'): ('1,001 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::bincount', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::bincount', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::cudnn_grid_sampler_backward', 'spatial_transformer'): ('18-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::fractional_max_pool2d_backward', 'overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 19, 1),
@@ -45,89 +46,89 @@ KNOWN_MISSES = {
     ('aten::grid_sampler_2d_backward', 'bicubic_reflection'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::grid_sampler_2d_backward', 'spatial_transformer'): ('18-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::grid_sampler_3d_backward', 'volume'): ('18-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::index_add', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 14, 1),
-    ('aten::index_add', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::index_add', 'high_contention'): ('1,001 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::index_add', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::index_add', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::index_add', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::index_add.out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 14, 1),
-    ('aten::index_add.out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::index_add.out', 'high_contention'): ('1,001 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::index_add.out', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::index_add.out', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::index_add.out', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::index_add_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 14, 1),
-    ('aten::index_add_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::index_add_', 'high_contention'): ('1,001 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::index_add_', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::index_add_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::index_add_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::index_reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 14, 1),
-    ('aten::index_reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::index_reduce', 'high_contention'): ('1,001 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::index_reduce', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::index_reduce', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::index_reduce', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::index_reduce.out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 14, 1),
-    ('aten::index_reduce.out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::index_reduce.out', 'high_contention'): ('1,001 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::index_reduce.out', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::index_reduce.out', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::index_reduce.out', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::index_reduce_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 3 tree levels', 14, 1),
-    ('aten::index_reduce_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::index_reduce_', 'high_contention'): ('1,001 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::index_reduce_', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::index_reduce_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::index_reduce_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
     ('aten::max_pool3d_with_indices_backward', 'cnn3d_stem'): ('27-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 19, 1),
     ('aten::max_pool3d_with_indices_backward.grad_input', 'cnn3d_stem'): ('27-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels', 19, 1),
-    ('aten::nll_loss2d_forward', 'segmentation'): ('2-bit keys: CUB onesweep 3 launches + 3 memsets, 4 tree levels', 13, 1),
-    ('aten::nll_loss2d_forward.output', 'segmentation'): ('2-bit keys: CUB onesweep 3 launches + 3 memsets, 4 tree levels', 13, 1),
-    ('aten::put_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::put_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::nll_loss2d_forward', 'segmentation'): ('3 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::nll_loss2d_forward.output', 'segmentation'): ('3 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::put_', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::put_', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::put_', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
-    ('aten::scatter.reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter.reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter.reduce', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter.reduce', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter.reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter.reduce', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter.reduce_out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter.reduce_out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter.reduce_out', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter.reduce_out', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter.reduce_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter.reduce_out', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter.value_reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter.value_reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter.value_reduce', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter.value_reduce', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter.value_reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter.value_reduce', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter.value_reduce_out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter.value_reduce_out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter.value_reduce_out', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter.value_reduce_out', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter.value_reduce_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter.value_reduce_out', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter_.reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_.reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter_.reduce', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_.reduce', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter_.reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter_.reduce', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter_.value_reduce', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_.value_reduce', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter_.value_reduce', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_.value_reduce', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter_.value_reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter_.value_reduce', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter_add', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_add', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter_add', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_add', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter_add', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter_add', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter_add.out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_add.out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter_add.out', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_add.out', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter_add.out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter_add.out', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter_add_', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_add_', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter_add_', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_add_', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter_add_', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter_add_', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter_reduce.two', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_reduce.two', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter_reduce.two', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_reduce.two', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter_reduce.two', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter_reduce.two', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter_reduce.two_out', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_reduce.two_out', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter_reduce.two_out', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_reduce.two_out', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter_reduce.two_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter_reduce.two_out', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels', 16, 1),
-    ('aten::scatter_reduce_.two', 'high_contention'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_reduce_.two', 'high_contention_mean'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_reduce_.two', 'high_contention_prod'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_reduce_.two', 'high_contention_sum'): ('10-bit keys: CUB onesweep 4 launches + 4 memsets, 4 tree levels', 15, 1),
-    ('aten::scatter_reduce_.two', 'hot_destination'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
-    ('aten::scatter_reduce_.two', 'hot_destination_mean'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
-    ('aten::scatter_reduce_.two', 'hot_destination_prod'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
-    ('aten::scatter_reduce_.two', 'hot_destination_sum'): ('1-bit keys: CUB onesweep 3 launches + 3 memsets, 3 tree levels', 12, 1),
+    ('aten::scatter_reduce_.two', 'high_contention'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_reduce_.two', 'high_contention_mean'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_reduce_.two', 'high_contention_prod'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_reduce_.two', 'high_contention_sum'): ('1,001 bins: counting sort 4 launches, 4 tree levels', 11, 1),
+    ('aten::scatter_reduce_.two', 'hot_destination'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::scatter_reduce_.two', 'hot_destination_mean'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::scatter_reduce_.two', 'hot_destination_prod'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
+    ('aten::scatter_reduce_.two', 'hot_destination_sum'): ('2 bins: counting sort 4 launches, 3 tree levels', 10, 1),
     ('aten::scatter_reduce_.two', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter_reduce_.two', 'low_contention_mean'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
     ('aten::scatter_reduce_.two', 'low_contention_prod'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels', 17, 1),
@@ -160,13 +161,33 @@ def _misses(plan: P.Plan):
 
 
 def test_model_counts_a_mid_size_call():
-    s = P.summarize("sort_reduce", n=1 << 20, num_keys=1000, D=16, acc_bytes=4, key_bytes=4)
-    assert s["path"] == "multi" and s["sort_bits"] == 10 and s["levels"] == 3
+    s = P.summarize("sort_reduce", n=1 << 20, num_keys=50000, D=16, acc_bytes=4, key_bytes=4)
+    assert s["path"] == "multi" and s["sort_bits"] == 16 and s["levels"] == 3
     # CUB's onesweep radix sort, 2 passes of 8 bits: 2 memsets + histogram + exclusive sum, then per pass a
     # memset and a onesweep kernel; the key kernel, the long segments' slots, level 0 and 3 levels.
     assert s["memsets"] == 4 and s["launches"] == 1 + 4 + 1 + 1 + 3 and s["allocations"] == 1
     assert s["stream_ops"] == s["launches"] + s["memsets"]
     assert s["workspace_bytes"] > (1 << 20) * 8 and s["bytes_moved"] > (1 << 20) * 16 * 4
+
+
+def test_small_key_ranges_take_the_counting_sort():
+    """At most 1,024 bins (num_keys + 1, the invalid key's included), 32-bit keys, the multi-block path: the count
+    kernel, CUB's scan of the table (2 launches), the scatter kernel; no memset. Its table of bins x tiles counts
+    is in the workspace."""
+    n = 1 << 20
+    radix = P.summarize("sort_reduce", n=n, num_keys=1024, D=1, acc_bytes=4, key_bytes=4)
+    assert radix["memsets"] == 4 and radix["launches"] == 1 + 4 + 1 + 1 + 3
+    for num_keys in (1023, 1000, 1):
+        s = P.summarize("sort_reduce", n=n, num_keys=num_keys, D=1, acc_bytes=4, key_bytes=4)
+        assert s["memsets"] == 0 and s["launches"] == 1 + 4 + 1 + 1 + 3 and s["allocations"] == 1, num_keys
+        assert s["value_bytes"] == 4
+    # Two buffers each of keys and of values, and the table.
+    table = (1023 + 1) * (n // 4096) * 4
+    counted = P.summarize("sort_reduce", n=n, num_keys=1023, D=1, acc_bytes=4, key_bytes=4)
+    assert counted["workspace_bytes"] >= 2 * n * (4 + 4) + table
+    # A key chunk's 64-bit keys and the single-block path keep their sorts.
+    assert P.summarize("sort_reduce", n=n, num_keys=1000, D=1, acc_bytes=4, key_bytes=8)["memsets"] > 0
+    assert P.summarize("sort_reduce", n=SMALL_N, num_keys=10, D=1, acc_bytes=4, key_bytes=4)["path"] == "single_block"
 
 
 def test_the_sort_carries_contributions_of_at_most_8_bytes():
