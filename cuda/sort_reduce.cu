@@ -101,8 +101,8 @@ __global__ void long_segments_kernel(const KeyT* keys, int32_t n, int64_t num_ke
 // The counting sort's keys past n: in no bin.
 constexpr uint32_t kNoBin = 0xffffffffu;
 
-// The first phase of both counting kernels: warp `warp` counts its part of the tile (keys k, one per chunk, kNoBin
-// past n) per bin into its row of shared counts. In each chunk the lanes of one key find each other
+// One warp's count of its part of a tile (keys k, one per chunk, kNoBin past n) per bin, into its row of shared
+// counts. In each chunk the lanes of one key find each other
 // (__match_any_sync) and the first adds their number: one writer per (row, bin) at a time, ordered by
 // __syncwarp() from one chunk to the next.
 __device__ void count_part(const uint32_t (&k)[engine::kCountChunks], int lane, uint32_t* row) {
@@ -113,32 +113,35 @@ __device__ void count_part(const uint32_t (&k)[engine::kCountChunks], int lane, 
   }
 }
 
-__device__ void load_part(const uint32_t* keys, int32_t n, int64_t tile, int warp, int lane,
-                          uint32_t (&k)[engine::kCountChunks]) {
+// Both counting kernels' first phase for tile blockIdx.x: each warp loads its part's keys into k (kNoBin past n),
+// zeroes its row of the block's counts (shared memory) and counts its part into it (count_part). Returns the rows,
+// once every warp's is done.
+using CountRows = uint32_t[engine::kCountWarps][plan::kCountingMaxBins];
+__device__ CountRows& count_tile(const uint32_t* keys, int32_t n, int32_t bins, uint32_t (&k)[engine::kCountChunks]) {
+  __shared__ CountRows rows;
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
 #pragma unroll
   for (int c = 0; c < engine::kCountChunks; ++c) {
-    const int64_t p = engine::count_position(tile, warp, c, lane);
+    const int64_t p = engine::count_position(blockIdx.x, warp, c, lane);
     k[c] = p < n ? keys[p] : kNoBin;
   }
-}
-
-// A block of engine::kCountWarps warps per tile of plan::kCountingTile contributions: each warp counts its part per
-// bin (count_part), then the block sums the rows into the tile's column of the table, bin-major (table[bin *
-// tiles + tile]). NB: integer counts, exact in any order.
-__global__ void __launch_bounds__(engine::kCountWarps * 32) counting_count_kernel(const uint32_t* keys, int32_t n,
-                                                                                  int32_t bins, int32_t tiles,
-                                                                                  uint32_t* table) {
-  __shared__ uint32_t rows[engine::kCountWarps][plan::kCountingMaxBins];
-  const int t = static_cast<int>(threadIdx.x);
-  const int warp = t / 32;
-  const int lane = t % 32;
-  uint32_t k[engine::kCountChunks];
-  load_part(keys, n, blockIdx.x, warp, lane, k);
   for (int b = lane; b < bins; b += 32) rows[warp][b] = 0;
   __syncwarp();
   count_part(k, lane, rows[warp]);
   __syncthreads();
-  for (int b = t; b < bins; b += blockDim.x) {
+  return rows;
+}
+
+// A block of engine::kCountWarps warps per tile of plan::kCountingTile contributions: each warp counts its part per
+// bin (count_tile), then the block sums the rows into the tile's column of the table, bin-major (table[bin *
+// tiles + tile]). NB: integer counts, exact in any order.
+__global__ void __launch_bounds__(engine::kCountWarps * 32) counting_count_kernel(const uint32_t* keys, int32_t n,
+                                                                                  int32_t bins, int32_t tiles,
+                                                                                  uint32_t* table) {
+  uint32_t k[engine::kCountChunks];
+  const CountRows& rows = count_tile(keys, n, bins, k);
+  for (int b = static_cast<int>(threadIdx.x); b < bins; b += blockDim.x) {
     uint32_t total = 0;
     for (int w = 0; w < engine::kCountWarps; ++w) total += rows[w][b];
     table[int64_t{b} * tiles + blockIdx.x] = total;
@@ -155,17 +158,11 @@ template <typename ValueT>
 __global__ void __launch_bounds__(engine::kCountWarps * 32) counting_scatter_kernel(
     const uint32_t* keys, const ValueT* values, int32_t n, int32_t bins, int32_t tiles, const uint32_t* first,
     uint32_t* keys_out, ValueT* values_out) {
-  __shared__ uint32_t rows[engine::kCountWarps][plan::kCountingMaxBins];
-  const int t = static_cast<int>(threadIdx.x);
-  const int warp = t / 32;
-  const int lane = t % 32;
   uint32_t k[engine::kCountChunks];
-  load_part(keys, n, blockIdx.x, warp, lane, k);
-  for (int b = lane; b < bins; b += 32) rows[warp][b] = 0;
-  __syncwarp();
-  count_part(k, lane, rows[warp]);
-  __syncthreads();
-  for (int b = t; b < bins; b += blockDim.x) {
+  CountRows& rows = count_tile(keys, n, bins, k);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (int b = static_cast<int>(threadIdx.x); b < bins; b += blockDim.x) {
     uint32_t at = first[int64_t{b} * tiles + blockIdx.x];
     for (int w = 0; w < engine::kCountWarps; ++w) {
       const uint32_t count = rows[w][b];
