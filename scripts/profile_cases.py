@@ -9,7 +9,8 @@
         one detops call per case inside the NVTX range "profile", after two warm-up calls
     python scripts/profile_cases.py ncu-table ncu.txt "histc high_contention"
         ncu's text output as one table per case: duration, DRAM and SM throughput, registers, occupancy,
-        grid x block (a case ends after its last level kernel or count_kernel; titles in case order)
+        grid x block (each case's kernels follow a marker kernel that ncu mode launches; titles in case
+        order)
 
 A case is ``<aten op>@<shape>``. ``--device cpu`` runs the table mode on the CPU (the twin against stock's CPU
 kernel, small shapes): a dry run.
@@ -36,7 +37,7 @@ _TO_US = {"us": 1.0, "usecond": 1.0, "ms": 1000.0, "msecond": 1000.0, "ns": 0.00
 
 
 def _short_name(head: str) -> str:
-    head = head.replace("void ", "").replace("<unnamed>::", "")  # anonymous namespaces
+    head = head.replace("void ", "").replace("<unnamed>::", "").replace("(anonymous namespace)::", "")
     name = re.sub(r"<.*", "", head.split("(")[0])
     fill = re.search(r"FillFunctor<([^>]*)>", head)
     if fill:
@@ -70,15 +71,26 @@ def ncu_kernels(text: str) -> Iterator[Dict]:
 
 
 _LEVEL = re.compile(r"\blevel(_rows)?_kernel")
+_COUNT = re.compile(r"\bcount_kernel")
+# The ncu mode launches this kernel (torch.cuda._sleep) before each case's call, inside the profiled range.
+_MARKER = "spin_kernel"
 
 
 def group_cases(kernels: List[Dict]) -> List[List[Dict]]:
-    """Splits the kernels of consecutive cases: a case ends after its last level kernel (level_kernel or
-    level_rows_kernel) or count_kernel."""
+    """Splits the kernels of consecutive cases: at each marker kernel (dropped) where the run has them; in
+    older runs, after a case's last level kernel (level_kernel or level_rows_kernel) or count_kernel."""
+    if any(_MARKER in k["name"] for k in kernels):
+        groups = []
+        for k in kernels:
+            if _MARKER in k["name"]:
+                groups.append([])
+            elif groups:
+                groups[-1].append(k)
+        return groups
     groups: List[List[Dict]] = [[]]
     prev = ""
     for k in kernels:
-        if groups[-1] and (_LEVEL.search(prev) or "count_kernel" in prev) and not _LEVEL.search(k["name"]):
+        if groups[-1] and (_LEVEL.search(prev) or _COUNT.search(prev)) and not _LEVEL.search(k["name"]):
             groups.append([])
         groups[-1].append(k)
         prev = k["name"]
@@ -149,6 +161,7 @@ def run(mode: str, specs: List[str], device: str) -> None:
                 sync()
                 if mode == "ncu":
                     torch.cuda.nvtx.range_push("profile")
+                    torch.cuda._sleep(1)  # the marker that starts the case's kernels (group_cases)
                     fn(*a, **k)
                     sync()
                     torch.cuda.nvtx.range_pop()

@@ -71,6 +71,26 @@ def test_ncu_table_splits_cases_after_the_last_level_or_count_kernel():
     assert "   105.38   10.5   48.1    40   49.3  cuda::count_kernel (528 x 256)" in table
 
 
+def test_ncu_table_splits_cases_at_the_marker_kernels():
+    # Without levels, with the counting sort's count kernel, and mean's count before its sort: the markers split.
+    text = "".join([
+        _kernel("at::cuda::<unnamed>::spin_kernel", "1, 1, 1", "1, 1, 1", "1.0"),
+        _kernel("detops::make_keys_kernel<float, unsigned int, Op>", "4096, 1, 1", "256, 1, 1", "10.0"),
+        _kernel("detops::<unnamed>::counting_count_kernel<unsigned int>", "256, 1, 1", "256, 1, 1", "4.0"),
+        _kernel("detops::<unnamed>::counting_scatter_kernel<float>", "256, 1, 1", "256, 1, 1", "6.0"),
+        _kernel("detops::level0_window_kernel<float, unsigned int, Op>", "4096, 1, 1", "256, 1, 1", "20.0"),
+        _kernel("at::cuda::(anonymous namespace)::spin_kernel", "1, 1, 1", "1, 1, 1", "1.0"),
+        _kernel("detops::cuda::count_kernel<true, KeyValues<Layout>>", "528, 1, 1", "256, 1, 1", "7.0"),
+        _kernel("detops::make_keys_kernel<float, unsigned int, Op>", "4096, 1, 1", "256, 1, 1", "10.0"),
+        _kernel("detops::level_kernel<float, unsigned int, Op>", "65, 1, 1", "256, 1, 1", "3.0"),
+    ])
+    assert [len(g) for g in profile_cases.group_cases(list(profile_cases.ncu_kernels(text)))] == [4, 3]
+    table = profile_cases.ncu_table(text, ["scatter_add high_contention", "scatter_reduce mean"])
+    assert "## scatter_add high_contention: 4 kernels, 40 us" in table
+    assert "## scatter_reduce mean: 3 kernels, 20 us" in table
+    assert "spin_kernel" not in table
+
+
 def test_short_names_keep_kernels_in_anonymous_namespaces():
     head = "void detops::<unnamed>::long_segments_kernel<unsigned int>(const T1 *, int, long, int *)"
     assert profile_cases._short_name(head) == "detops::long_segments_kernel"
