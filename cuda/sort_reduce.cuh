@@ -487,13 +487,36 @@ __global__ void for_each_kernel(Op op, int64_t n) {
   }
 }
 
+// count_kernel's values: an array's (values outside [0, bins) are counted nowhere).
+template <typename index_t>
+struct ArrayValues {
+  const index_t* values;
+  __device__ int64_t operator()(int64_t i) const {
+    return static_cast<int64_t>(values[i]);
+  }
+};
+
+// count_kernel's values: the keys of a sort-reduce call's op, each key's contributions counted (kSkipKey,
+// negative, counted nowhere).
+template <typename Keys>
+struct KeyValues {
+  Keys keys;
+  int64_t num_keys;
+  __device__ int64_t operator()(int64_t i) const {
+    const int64_t k = keys.key(i);
+    const bool ok = k == kSkipKey || (k >= 0 && k < num_keys);
+    CUDA_KERNEL_ASSERT(ok && "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
+    return ok ? k : kSkipKey;
+  }
+};
+
 // One thread per value, grid-stride, into a histogram of the block in shared memory when kShared (32-bit
 // counts, flushed with one atomicAdd per nonzero bin), else straight into counts. A warp whose lanes all name
 // one bin adds once (hot bins would otherwise serialise 32 atomics on one address). NB: integer additions
 // are exact in any order, so the counts do not depend on the launch shape or the schedule; the host sizes
 // the grid so that no block counts 2^32 values.
-template <bool kShared, typename index_t>
-__global__ void count_kernel(const index_t* values, int64_t n, int64_t bins, unsigned long long* counts) {
+template <bool kShared, typename Values>
+__global__ void count_kernel(Values values, int64_t n, int64_t bins, unsigned long long* counts) {
   extern __shared__ unsigned int block_counts[];
   if constexpr (kShared) {
     for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) block_counts[b] = 0;
@@ -502,7 +525,7 @@ __global__ void count_kernel(const index_t* values, int64_t n, int64_t bins, uns
   // The trip count depends on blockIdx only: every lane of a warp reaches the vote together.
   for (int64_t base = int64_t{blockIdx.x} * blockDim.x; base < n; base += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = base + threadIdx.x;
-    const int64_t v = i < n ? static_cast<int64_t>(values[i]) : -1;
+    const int64_t v = i < n ? values(i) : -1;
     const bool in_range = v >= 0 && v < bins;
     const int64_t first = __shfl_sync(0xffffffffu, v, 0);
     const unsigned same = __ballot_sync(0xffffffffu, in_range && v == first);
@@ -660,6 +683,21 @@ struct Engine {
   template <typename index_t>
   static void count(const index_t* values, int64_t n, int64_t bins, int64_t* counts) {
     plan::record({plan::Kind::kCount, n, bins, 1, 0, sizeof(index_t)});
+    launch_count(ArrayValues<index_t>{values}, n, bins, counts);
+  }
+
+  // counts[k] += the number of contributions of key k among keys.key(0 .. n-1) (a sort-reduce op or a layout;
+  // kSkipKey counted nowhere); counts: int64 device memory, zero-filled by the caller. One launch, where
+  // counting through sort_reduce (a contribution of 1 per key) takes a whole sort-reduce call.
+  template <typename Keys>
+  static void count_keys(const Keys& keys, int64_t n, int64_t num_keys, int64_t* counts) {
+    plan::record({plan::Kind::kCount, n, num_keys, 1, 0, sizeof(int64_t)});
+    launch_count(KeyValues<Keys>{keys, num_keys}, n, num_keys, counts);
+  }
+
+ private:
+  template <typename Values>
+  static void launch_count(const Values& values, int64_t n, int64_t bins, int64_t* counts) {
     if (n == 0) return;
     static_assert(sizeof(unsigned long long) == sizeof(int64_t));
     auto* out = reinterpret_cast<unsigned long long*>(counts);

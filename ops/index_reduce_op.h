@@ -73,8 +73,7 @@ void index_reduce_compute(at::Tensor& result, int64_t dim, const at::Tensor& ind
   at::Tensor counts;
   if (reduce == Reduction::Mean) {
     counts = at::zeros({dim_size}, result.options().dtype(at::kLong));
-    const CountOp<IndexKeys> count{keys, counts.data_ptr<int64_t>()};
-    Engine::template sort_reduce<int64_t>("index_reduce_", count, n, dim_size, 1, result);
+    Engine::count_keys(keys, n, dim_size, counts.data_ptr<int64_t>());
   }
   int64_t inner = 1;
   for (int64_t d = dim + 1; d < result.dim(); ++d) inner *= result.size(d);

@@ -2,7 +2,7 @@
 // "Reductions"). The contributions are scatter_add_'s (ScatterElements, or ScatterRows for a broadcast
 // index: ops/scatter_add_op.h); the reduction's combine folds a destination's contributions by the contract's tree, then
 // self enters once, first: y = self (+) S with include_self, else y = identity (+) S, as stock's exclude-self
-// fill does. The reduction arithmetic (Reduction, ReduceFinish, CountOp) serves index_reduce_ too.
+// fill does. The reduction arithmetic (Reduction, ReduceFinish) serves index_reduce_ too.
 #pragma once
 
 #include "ops/contract.h"
@@ -80,25 +80,6 @@ struct ReduceFinish {
   }
 };
 
-// A count pass for reduce='mean': the number of contributions of each destination, exact.
-template <typename Keys>
-struct CountOp {
-  using acc_t = int64_t;
-  using Combine = WrapAdd;
-  Keys keys;
-  int64_t* counts;  // num_keys values
-
-  C10_HOST_DEVICE int64_t key(int64_t i) const {
-    return keys.key(i);
-  }
-  C10_HOST_DEVICE int64_t contribution(int64_t, int64_t) const {
-    return 1;
-  }
-  C10_HOST_DEVICE void finalize(int64_t k, int64_t, int64_t total) const {
-    counts[k] = total;
-  }
-};
-
 template <typename scalar_t, Reduction R, typename Layout>
 struct ScatterReduceOp {
   using acc_t = acc_type<scalar_t>;
@@ -161,10 +142,9 @@ void scatter_reduce_on_layout(const Layout& layout, int64_t n, int64_t num_keys,
                               const at::Tensor& src, Reduction reduce, bool include_self, IntDtype ints) {
   at::Tensor counts;
   if (reduce == Reduction::Mean) {
-    // NB: a destination's count is the same for every column, so one column counts them.
+    // NB: a destination's count is the same for every column, and an integer count is exact in any order.
     counts = at::zeros({num_keys}, result.options().dtype(at::kLong));
-    const CountOp<Layout> count{layout, counts.data_ptr<int64_t>()};
-    Engine::template sort_reduce<int64_t>("scatter_reduce_", count, n, num_keys, 1, result);
+    Engine::count_keys(layout, n, num_keys, counts.data_ptr<int64_t>());
   }
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kHalf, at::kBFloat16, at::kLong, result.scalar_type(),
                                   "detops_scatter_reduce", [&] {

@@ -774,6 +774,17 @@ struct Engine {
       if (v >= 0 && v < bins) ++counts[v];
     }
   }
+
+  // counts[k] += the number of contributions of key k among keys.key(0 .. n-1) (a sort-reduce op or a layout;
+  // kSkipKey and keys outside [0, num_keys) counted nowhere, as sort_reduce skips them).
+  template <typename Keys>
+  static void count_keys(const Keys& keys, int64_t n, int64_t num_keys, int64_t* counts) {
+    if (plan::record({plan::Kind::kCount, n, num_keys, 1, 0, sizeof(int64_t)})) return;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = keys.key(i);
+      if (k >= 0 && k < num_keys) ++counts[k];
+    }
+  }
 };
 
 }  // namespace detops::cpu

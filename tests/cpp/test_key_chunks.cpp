@@ -100,6 +100,11 @@ struct ChunkedEngine {
                           const at::Tensor& like) {
     sort_reduce<int64_t>(name, op, n, num_keys, D, like);
   }
+  // Counts need no chunks: the CUDA engine counts any number of contributions in one launch.
+  template <typename Keys>
+  static void count_keys(const Keys& keys, int64_t n, int64_t num_keys, int64_t* counts) {
+    detops::cpu::Engine::count_keys(keys, n, num_keys, counts);
+  }
 };
 
 void expect_bits_equal(const at::Tensor& a, const at::Tensor& b, const std::string& what) {

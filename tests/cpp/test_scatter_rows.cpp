@@ -35,10 +35,16 @@ struct RecordingEngine {
     calls().push_back({n, num_keys, D});
     detops::cpu::Engine::last_writer(name, op, n, num_keys, D, like);
   }
+  // Recorded with D = 0: a count, not a reduction.
+  template <typename Keys>
+  static void count_keys(const Keys& keys, int64_t n, int64_t num_keys, int64_t* counts) {
+    calls().push_back({n, num_keys, 0});
+    detops::cpu::Engine::count_keys(keys, n, num_keys, counts);
+  }
 };
 
 // Runs every compute function of the family on (self, dim, index, src) and returns the calls' (n, D),
-// checking that they all agree; the mean reduction adds a one-column count call.
+// checking that they all agree; the mean reduction counts each key's contributions first (count_keys).
 Call engine_call(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   std::vector<Call> seen;
   const auto run = [&](auto compute) {
@@ -61,7 +67,7 @@ Call engine_call(const at::Tensor& self, int64_t dim, const at::Tensor& index, c
     EXPECT_EQ(c.n, seen[0].n);
     EXPECT_EQ(c.num_keys, seen[0].num_keys);
   }
-  EXPECT_EQ(calls()[0].D, 1);
+  EXPECT_EQ(calls()[0].D, 0);
   EXPECT_EQ(calls()[1].D, seen[0].D);
   for (const Call& c : seen) {
     EXPECT_EQ(c.n, seen[0].n);

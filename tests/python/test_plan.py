@@ -238,6 +238,28 @@ def test_recorder_sees_the_engine_calls_of_a_twin():
     assert P.plan_summary(lambda: None).calls == []
 
 
+@pytest.mark.parametrize("op", ["scatter_reduce", "index_reduce"])
+def test_mean_counts_its_destinations_in_one_launch_and_sorts_once(op):
+    self_ = torch.zeros(7, 3)
+    index = torch.tensor([[0, 2, 2], [6, 2, 1], [6, 6, 6], [0, 1, 2], [4, 4, 4]])
+    src = torch.arange(15.0).reshape(5, 3)
+    if op == "scatter_reduce":
+        args = (self_, 0, index, src, "mean")
+        n, num_keys, D = 15, 21, 1
+    else:
+        args = (self_, 0, index[:, 0].contiguous(), src, "mean")
+        n, num_keys, D = 5, 7, 3
+    fn = getattr(torch.ops.detops, op)
+    plan = P.plan_summary(fn, *args)
+    assert [c.call["kind"] for c in plan.calls] == ["count", "sort_reduce"]
+    assert plan.calls[0].call == {"kind": "count", "n": n, "num_keys": num_keys, "D": 1, "acc_bytes": 0,
+                                  "key_bytes": 8}
+    assert plan.calls[0].summary["launches"] == 1 and plan.calls[0].summary["allocations"] == 0
+    assert plan.calls[1].call["D"] == D
+    # The counts divide: the same result as stock's mean, for a destination reached 0 to 4 times.
+    torch.testing.assert_close(fn(*args), getattr(torch.ops.aten, op)(*args))
+
+
 def test_plan_only_skips_the_arithmetic_not_the_checks():
     self_ = torch.zeros(7, 3)
     index = torch.tensor([0, 2, 2, 6, 1])
