@@ -22,10 +22,12 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/macros/Macros.h>
 
+#include <cooperative_groups.h>
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 namespace detops::cuda {
@@ -198,48 +200,110 @@ __global__ void __launch_bounds__(256, 4) level0_rows_kernel(Op op, const KeyT* 
   }
 }
 
-// Level L >= 1: one thread per (scratch slot, column); group leaders fold in place (engine::level_group once,
-// then engine::level_fold per column).
+// Levels 1 .. levels in one launch: a grid whose blocks are all resident at once (a cooperative launch), the
+// levels separated by a grid-wide barrier. In each level a thread takes (scratch slot, column) pairs, grid-stride
+// over the slots in use; group leaders fold in place (engine::level_group once, then engine::level_fold per
+// column). A level whose items lie `stride` >= the slots in use apart has no group of two items, nor has any
+// level above it, so the levels stop there: `total` is the same for every block, so they all stop together.
+// NB: each group is folded by one thread whatever the grid, and the barrier orders the levels as separate
+// launches did, so the bits do not depend on the grid. With levels == 1 it never waits at the barrier, so a
+// plain launch runs it too (one level per launch where the device has no cooperative launch).
 template <typename acc_t, typename KeyT, typename Op>
-__global__ void __launch_bounds__(256, 4) level_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
-                                                    const int32_t* slot_pos, const int32_t* num_slots,
-                                                    int32_t max_slots, int32_t stride, int32_t D, acc_t* scratch) {
-  const int64_t q64 = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
-  if (q64 >= max_slots) return;
-  const int32_t q = static_cast<int32_t>(q64);
-  const engine::LevelGroup g = engine::level_group(keys, slot_first, slot_pos, *num_slots, stride, q);
-  if (g.count == 0) return;
-  for (int32_t c = blockIdx.y * blockDim.x + threadIdx.x; c < D; c += gridDim.y * blockDim.x) {
-    engine::level_fold<acc_t>(op, g, stride, D, scratch, q, c);
+__global__ void __launch_bounds__(256, 4) levels_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
+                                                     const int32_t* slot_pos, const int32_t* num_slots,
+                                                     int32_t stride, int levels, int32_t D, acc_t* scratch) {
+  const int32_t total = *num_slots;
+  const int64_t step = int64_t{gridDim.x} * blockDim.y;
+  for (int level = 0; level < levels && stride < total; ++level, stride *= kBlock) {
+    if (level > 0) cooperative_groups::this_grid().sync();
+    for (int64_t q64 = int64_t{blockIdx.x} * blockDim.y + threadIdx.y; q64 < total; q64 += step) {
+      const auto q = static_cast<int32_t>(q64);
+      const engine::LevelGroup g = engine::level_group(keys, slot_first, slot_pos, total, stride, q);
+      if (g.count == 0) continue;
+      for (int32_t c = threadIdx.x; c < D; c += blockDim.x) {
+        engine::level_fold<acc_t>(op, g, stride, D, scratch, q, c);
+      }
+    }
   }
 }
 
-// Level L >= 1 for wide rows: one warp per tile of 32 scratch slots. Each lane takes one slot's group facts
-// (engine::level_group); the warp then runs the tile's group leaders in turn, their facts broadcast from their
-// lanes, its lanes over the columns. At level L only slots at a multiple of kBlock^L from their segment's
-// first slot lead, and only in segments of more than kBlock^(L-1) slots: one thread per (slot, column) would
-// launch max_slots x D threads per level (max_slots for the worst case), most of them idle.
+// levels_kernel for wide rows: in each level one warp per tile of 32 scratch slots, grid-stride. Each lane
+// takes one slot's group facts (engine::level_group); the warp then runs the tile's group leaders in turn, their
+// facts broadcast from their lanes, its lanes over the columns. At level L only slots at a multiple of kBlock^L
+// from their segment's first slot lead, and only in segments of more than kBlock^(L-1) slots: one thread per
+// (slot, column) would mostly idle.
 template <typename acc_t, typename KeyT, typename Op>
-__global__ void __launch_bounds__(256, 4) level_rows_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
-                                                         const int32_t* slot_pos, const int32_t* num_slots,
-                                                         int32_t max_slots, int32_t stride, int32_t D,
-                                                         acc_t* scratch) {
+__global__ void __launch_bounds__(256, 4) levels_rows_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
+                                                          const int32_t* slot_pos, const int32_t* num_slots,
+                                                          int32_t stride, int levels, int32_t D, acc_t* scratch) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t tile = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32 * 32;
   const int32_t total = *num_slots;
-  if (tile >= total) return;  // whole warps: tile is the same for every lane
-  engine::LevelGroup mine{0, 0, false};
-  if (tile + lane < max_slots) {
-    mine = engine::level_group(keys, slot_first, slot_pos, total, stride, static_cast<int32_t>(tile + lane));
-  }
-  for (unsigned leaders = __ballot_sync(0xffffffffu, mine.count > 0); leaders != 0; leaders &= leaders - 1) {
-    const int from = __ffs(leaders) - 1;
-    const engine::LevelGroup g{__shfl_sync(0xffffffffu, mine.key, from), __shfl_sync(0xffffffffu, mine.count, from),
-                               __shfl_sync(0xffffffffu, static_cast<int>(mine.finish), from) != 0};
-    const auto q = static_cast<int32_t>(tile + from);
-    for (int32_t c = lane; c < D; c += 32) {
-      engine::level_fold<acc_t>(op, g, stride, D, scratch, q, c);
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int level = 0; level < levels && stride < total; ++level, stride *= kBlock) {
+    if (level > 0) cooperative_groups::this_grid().sync();
+    // The tile is the same for every lane: whole warps run the votes.
+    for (int64_t tile = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32 * 32; tile < total; tile += step) {
+      engine::LevelGroup mine{0, 0, false};
+      if (tile + lane < total) {
+        mine = engine::level_group(keys, slot_first, slot_pos, total, stride, static_cast<int32_t>(tile + lane));
+      }
+      for (unsigned leaders = __ballot_sync(0xffffffffu, mine.count > 0); leaders != 0; leaders &= leaders - 1) {
+        const int from = __ffs(leaders) - 1;
+        const engine::LevelGroup g{__shfl_sync(0xffffffffu, mine.key, from),
+                                   __shfl_sync(0xffffffffu, mine.count, from),
+                                   __shfl_sync(0xffffffffu, static_cast<int>(mine.finish), from) != 0};
+        const auto q = static_cast<int32_t>(tile + from);
+        for (int32_t c = lane; c < D; c += 32) {
+          engine::level_fold<acc_t>(op, g, stride, D, scratch, q, c);
+        }
+      }
     }
+  }
+}
+
+// Launches levels 1 .. levels of a plan: one cooperative launch of levels_kernel (levels_rows_kernel where
+// kRows), its grid the blocks that level 1's slots need, at most those resident at once (the kernel's
+// occupancy x multiprocessors, queried once per device); one launch per level where the device has no
+// cooperative launch or fewer blocks fit.
+template <typename acc_t, typename KeyT, typename Op, bool kRows>
+void launch_levels(const Op& op, const KeyT* keys, const int32_t* slot_first, const int32_t* slot_pos,
+                   const int32_t* num_slots, int32_t max_slots, int levels, int32_t D, acc_t* scratch,
+                   cudaStream_t stream) {
+  const auto kernel = [] {
+    if constexpr (kRows) {
+      return levels_rows_kernel<acc_t, KeyT, Op>;
+    } else {
+      return levels_kernel<acc_t, KeyT, Op>;
+    }
+  }();
+  const Launch2D shape = kRows ? Launch2D{dim3(static_cast<unsigned>((int64_t{max_slots} + 255) / 256)), dim3(256)}
+                               : launch_2d(max_slots, D);
+  const int threads = static_cast<int>(shape.block.x * shape.block.y);
+  static std::atomic<int64_t> resident[C10_COMPILE_TIME_MAX_GPUS] = {};
+  const int device = c10::cuda::current_device();
+  int64_t blocks = resident[device].load(std::memory_order_relaxed);
+  if (blocks == 0) {
+    int per_sm = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+    blocks = std::max<int64_t>(1, int64_t{per_sm} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+    resident[device].store(blocks, std::memory_order_relaxed);
+  }
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(shape.grid.x, blocks));
+  int32_t stride = 1;
+  if (at::cuda::getCurrentDeviceProperties()->cooperativeLaunch != 0) {
+    void* args[] = {const_cast<Op*>(&op), &keys, &slot_first, &slot_pos, &num_slots, &stride, &levels, &D, &scratch};
+    const cudaError_t launched = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid),
+                                                             shape.block, args, 0, stream);
+    // Fewer blocks fit than the occupancy said (the device shared, as under MPS): one launch per level instead.
+    if (launched != cudaErrorCooperativeLaunchTooLarge) {
+      C10_CUDA_CHECK(launched);
+      return;
+    }
+    (void)cudaGetLastError();
+  }
+  for (int level = 1; level <= levels; ++level, stride *= kBlock) {
+    kernel<<<grid, shape.block, 0, stream>>>(op, keys, slot_first, slot_pos, num_slots, stride, 1, D, scratch);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }
 
@@ -285,25 +349,16 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
     level0();
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  int32_t stride = 1;
+  if (!levels) return;
   const auto max_slots = static_cast<int32_t>(layout.max_slots);
-  const Launch2D ll = launch_2d(max_slots, D);
-  for (int level = 1; level <= layout.levels; ++level, stride *= kBlock) {
-    bool warp_rows = false;
-    if constexpr (kWarpRows) {
-      warp_rows = D >= kWarpRowsMinD;
-      if (warp_rows) {
-        const auto grid = static_cast<unsigned>((int64_t{max_slots} + 255) / 256);
-        level_rows_kernel<acc_t, KeyT, Op><<<grid, 256, 0, stream>>>(op, keys, slot_first, slot_pos, num_slots,
-                                                                     max_slots, stride, D, scratch);
-      }
+  if constexpr (kWarpRows) {
+    if (D >= kWarpRowsMinD) {
+      return launch_levels<acc_t, KeyT, Op, true>(op, keys, slot_first, slot_pos, num_slots, max_slots,
+                                                  layout.levels, D, scratch, stream);
     }
-    if (!warp_rows) {
-      level_kernel<acc_t, KeyT, Op><<<ll.grid, ll.block, 0, stream>>>(op, keys, slot_first, slot_pos, num_slots,
-                                                                       max_slots, stride, D, scratch);
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
+  launch_levels<acc_t, KeyT, Op, false>(op, keys, slot_first, slot_pos, num_slots, max_slots, layout.levels, D,
+                                        scratch, stream);
 }
 
 // The engine's entry for one call of op `name`. Op provides key(i) (-1 if invalid, kSkipKey to drop the

@@ -184,8 +184,8 @@ PlanSummary plan_for(const EngineCall& call) {
   // contributions through the permutation unless the sort carried them; the results.
   s.launches += 1;
   s.bytes_moved += n * (kb + vb) + (carry ? 0 : contributions) + std::min(n, call.num_keys) * D * acc;
-  // Levels 1..levels, one launch each over the slots.
-  s.launches += s.levels;
+  // Levels 1..levels: one cooperative launch over the slots, a grid-wide barrier between levels.
+  s.launches += s.levels > 0 ? 1 : 0;
   s.bytes_moved += s.levels * (2 * l.max_slots * 4 + 2 * (n / kBlock) * D * acc);
   return s;
 }

@@ -34,7 +34,7 @@ struct PlanSummary {
   int64_t workspace_bytes = 0;  // bytes the engine allocates (CUB's temp storage predicted)
   int64_t bytes_moved = 0;      // predicted global-memory traffic (docs/engine.md)
   int64_t sort_bits = 0;        // bits the radix sort sorts
-  int64_t levels = 0;           // tree levels above level 0 launched
+  int64_t levels = 0;           // tree levels above level 0 (all in one launch)
   int64_t value_bytes = 0;      // bytes the radix sort carries with each key: 4 (the source position) or, where
                                 // carries_values, the contribution's D columns
   int64_t stream_ops() const { return launches + memsets; }

@@ -302,10 +302,11 @@ void run_gpu_schedule(const Op& op, int32_t n, int64_t num_keys, int64_t D, bool
                                          num_keys, D, scratch.data(), slot_first.data(), slot_pos.data(), p, c);
     }
   }
+  // As levels_kernel: over the slots in use, and no level from the one whose stride reaches them.
   int32_t stride = 1;
-  for (int level = 1; level <= detops::tree_levels(n); ++level, stride *= kBlock) {
+  for (int level = 1; level <= detops::tree_levels(n) && stride < num_slots; ++level, stride *= kBlock) {
     threads.clear();
-    for (int32_t q = 0; q < max_slots; ++q)
+    for (int32_t q = 0; q < num_slots; ++q)
       for (int64_t c = 0; c < D; ++c) threads.emplace_back(q, c);
     std::shuffle(threads.begin(), threads.end(), rng);
     for (auto [q, c] : threads) {
@@ -631,6 +632,13 @@ TEST(EngineSchedule, LevelGroupCountsTheSegmentsItems) {
         ASSERT_EQ(g.finish, count > 0 && q == f && !in_segment(f + int64_t{stride} * kBlock)) << q;
         if (g.finish) ASSERT_EQ(g.key, keys[slot_pos[q]]) << q;
       }
+    }
+    // levels_kernel stops at the first level whose stride reaches the slots in use: no group there.
+    int32_t past = 1;
+    while (past < total) past *= kBlock;
+    for (int32_t q = 0; q < total; ++q) {
+      ASSERT_EQ(detops::engine::level_group(keys.data(), slot_first.data(), slot_pos.data(), total, past, q).count, 0)
+          << "trial " << trial << ", q " << q;
     }
   }
 }

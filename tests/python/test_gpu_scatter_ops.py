@@ -46,6 +46,22 @@ def test_engine_shapes_cuda_equals_cpu(shape):
     assert_bitwise_equal(detops_ops.scatter_add(self, 0, index, src), detops_ops.scatter_add(*cuda(self, 0, index, src)))
 
 
+@pytest.mark.parametrize("columns", [1, 16])
+def test_segments_finishing_at_every_level_cuda_equals_cpu(columns):
+    """One call whose segments finish at levels 1 to 4 (32^L + 1 contributions need L + 1 levels above level 0), all
+    in the levels' one cooperative launch: the thread form for one column, the warp form for 16."""
+    torch.manual_seed(13)
+    lengths = [1, 31, 32, 33, 1024, 1025, 32 * 1024, 32 * 1024 + 1, 1 << 20 if columns == 1 else 40_000, 5]
+    index = torch.cat([torch.full((m,), d) for d, m in enumerate(lengths)])
+    index = index[torch.randperm(index.numel())]
+    self = torch.zeros(len(lengths), columns)
+    source = torch.randn(index.numel(), columns)
+    cpu = detops_ops.index_add(self, 0, index, source)
+    assert_bitwise_equal(cpu, detops_ops.index_add(*cuda(self, 0, index, source)))
+    torch.testing.assert_close(cpu.double(), torch.zeros(len(lengths), columns, dtype=torch.double).index_add_(
+        0, index, source.double()), rtol=1e-4, atol=1e-3)
+
+
 def test_overrides_under_the_flag_match_stock_and_repeat():
     torch.manual_seed(12)
     self, index, source = torch.randn(1000, 64, device="cuda"), torch.randint(0, 1000, (50_000,), device="cuda"), torch.randn(50_000, 64, device="cuda")
