@@ -57,6 +57,7 @@ struct PadBackwardOp {
   using acc_t = acc_type<scalar_t>;
   using Sources = AxisSources<index_t>;
   using index_type = index_t;
+  static constexpr bool kBoundedSources = kBounded;
   const scalar_t* grad_out;  // contiguous [planes, OD, OH, OW]
   scalar_t* grad_in;         // contiguous [planes, ID, IH, IW]
   index_t isize[3];
@@ -135,13 +136,80 @@ DETOPS_UNROLL
     return finish(sum);
   }
 
-  // Element idx, linear in [planes, ID, IH, IW].
-  C10_HOST_DEVICE void operator()(index_t idx) const {
-    index_t rest, iw, ih, it, p;
+  // Output position of source x (0 <= x < s.total()) of one axis: the runs taken in order.
+  C10_HOST_DEVICE static index_t source_at(const Sources& s, index_t x) {
+    if (x < s.count[0]) return s.first[0] + x;
+    x -= s.count[0];
+    if (x < s.count[1]) return s.first[1] + x;
+    return s.first[2] + (x - s.count[1]);
+  }
+
+  // Block b of an element's contributions, those at positions [kBlock b, kBlock b + kBlock) of its sequence in
+  // ascending output order, folded left to right (fold_block's order and combine): one item of level 0 of the
+  // contract's tree. The values are loaded 8 at a time before they are folded, so 8 loads are in flight
+  // together. For the CUDA kernel's warp form (an element with more than kBlock contributions, a lane per
+  // block); then BlockTree takes the sums up.
+  C10_HOST_DEVICE acc_t block_sum(const Sources& sd, const Sources& sh, const Sources& sw, const scalar_t* plane,
+                                  index_t b) const {
+    constexpr int kGroup = 8;
+    const index_t tw = sw.total();
+    const index_t th = sh.total();
+    const index_t total = sd.total() * th * tw;
+    const index_t j0 = b * kBlock;
+    const int count = total - j0 < kBlock ? static_cast<int>(total - j0) : kBlock;
+    index_t jw = j0 % tw;
+    const index_t jr = j0 / tw;
+    index_t jh = jr % th;
+    index_t jd = jr / th;
+    acc_t sum{};
+    for (int k0 = 0; k0 < count; k0 += kGroup) {
+      acc_t v[kGroup];
+DETOPS_UNROLL
+      for (int k = 0; k < kGroup; ++k) {
+        if (k0 + k < count) {
+          v[k] = to_acc(plane[(source_at(sd, jd) * osize[1] + source_at(sh, jh)) * osize[2] + source_at(sw, jw)]);
+          if (++jw == tw) {
+            jw = 0;
+            if (++jh == th) {
+              jh = 0;
+              ++jd;
+            }
+          }
+        }
+      }
+DETOPS_UNROLL
+      for (int k = 0; k < kGroup; ++k) {
+        if (k0 + k < count) sum = k0 + k == 0 ? v[k] : AddRn()(sum, v[k]);
+      }
+    }
+    return sum;
+  }
+
+  // The tree above level 0 of an element with more than kBlock contributions: push() its block sums in block
+  // order (StreamingTree from level 1, as if it had folded the blocks itself), then value(), rounded once.
+  // NB: the blocks and the tree above them are gather()'s, so the bits are too.
+  struct BlockTree {
+    StreamingTree<acc_t> tree;
+    C10_HOST_DEVICE void push(acc_t block) { tree.push(block, 1); }
+    C10_HOST_DEVICE scalar_t value() { return PadBackwardOp::finish(tree.finish()); }
+  };
+
+  // Element idx, linear in [planes, ID, IH, IW]: its (N, C) plane and its sources along each axis.
+  C10_HOST_DEVICE void element(index_t idx, index_t& p, Sources& sd, Sources& sh, Sources& sw) const {
+    index_t rest, iw, ih, it;
     div[2].divmod(idx, rest, iw);
     div[1].divmod(rest, rest, ih);
     div[0].divmod(rest, p, it);
-    grad_in[idx] = gather(sources(0, it), sources(1, ih), sources(2, iw), grad_out + p * oplane);
+    sd = sources(0, it);
+    sh = sources(1, ih);
+    sw = sources(2, iw);
+  }
+
+  C10_HOST_DEVICE void operator()(index_t idx) const {
+    index_t p;
+    Sources sd, sh, sw;
+    element(idx, p, sd, sh, sw);
+    grad_in[idx] = gather(sd, sh, sw, grad_out + p * oplane);
   }
 };
 

@@ -14,6 +14,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -83,6 +86,70 @@ TEST(GathersCpu, PaddingRowsMatchPerElementOps) {
                                c10::str(c.shape) + " " + c10::str(c.padding);
       expect_same_bits(rows, general, what);
       expect_same_bits(picked, general, what);
+    }
+  }
+}
+
+// The CUDA kernel's warp form for an element with more than kBlock contributions: its blocks folded in any order
+// (a lane each, PadBackwardOp::block_sum), their sums taken up the tree in block order (BlockTree), against the
+// element's gather() (StreamingTree over its contributions, one thread), bit for bit: 41 to 2,197 contributions,
+// a whole number of blocks and of groups of 32 blocks among them, cropping on the other axes.
+TEST(GathersCpu, PaddingBlocksInAnyOrderMatchTheGather) {
+  const std::vector<PadCase> cases = {
+      {{2, 3, 40}, {40, 3}, false},                    // 41: two blocks
+      {{1, 2, 9, 9}, {32, 32, 32, 32}, false},         // corners of 33 x 33 = 1,089: 35 blocks
+      {{1, 1, 5, 6}, {31, 0, 31, -2}, false},          // 32 x 32 = 1,024: one full group of 32 full blocks
+      {{1, 1, 3, 3, 3}, {12, 12, 12, 12, 12, 12}, false},  // 13^3 = 2,197: 69 blocks
+      {{1, 2, 4, 5, 6}, {20, -1, 3, 2, 9, 1}, false},
+  };
+  at::manual_seed(1);
+  std::mt19937 rng(5);
+  for (const auto& c : cases) {
+    const int n = static_cast<int>(c.padding.size() / 2);
+    std::vector<int64_t> out_shape = c.shape;
+    for (int a = 0; a < n; ++a) out_shape[out_shape.size() - 1 - a] += c.padding[2 * a] + c.padding[2 * a + 1];
+    detops::PadDims d{};
+    for (int k = 0; k < 3; ++k) {
+      d.isize[k] = 1;
+      d.osize[k] = 1;
+      d.before[k] = 0;
+    }
+    for (int a = 0; a < n; ++a) {
+      d.isize[2 - a] = c.shape[c.shape.size() - 1 - a];
+      d.osize[2 - a] = out_shape[out_shape.size() - 1 - a];
+      d.before[2 - a] = c.padding[2 * a];
+    }
+    for (const auto dtype : kDtypes) {
+      at::Tensor grad_in = at::empty(c.shape, at::TensorOptions().dtype(dtype));
+      const at::Tensor grad_out = at::randn(out_shape).to(dtype);
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "test_pad_blocks", [&] {
+        using Op = detops::PadBackwardOp<scalar_t, int32_t, false>;
+        const Op op = detops::make_pad_backward_op<scalar_t, int32_t, false>(grad_in, grad_out, d, c.reflect);
+        int heavy = 0;
+        for (int32_t i = 0; i < static_cast<int32_t>(grad_in.numel()); ++i) {
+          int32_t p;
+          typename Op::Sources sd, sh, sw;
+          op.element(i, p, sd, sh, sw);
+          const int32_t total = sd.total() * sh.total() * sw.total();
+          if (total <= detops::kBlock) continue;
+          ++heavy;
+          const scalar_t* plane = op.grad_out + p * op.oplane;
+          const int32_t blocks = (total + detops::kBlock - 1) / detops::kBlock;
+          std::vector<int32_t> order(blocks);
+          std::iota(order.begin(), order.end(), 0);
+          std::shuffle(order.begin(), order.end(), rng);
+          std::vector<typename Op::acc_t> sums(blocks);
+          for (const int32_t b : order) sums[b] = op.block_sum(sd, sh, sw, plane, b);
+          typename Op::BlockTree tree;
+          for (const auto v : sums) tree.push(v);
+          const scalar_t got = tree.value();
+          const scalar_t want = op.gather(sd, sh, sw, plane);
+          ASSERT_EQ(std::memcmp(&got, &want, sizeof(scalar_t)), 0)
+              << c10::toString(dtype) << " " << c10::str(c.shape) << " " << c10::str(c.padding) << ": element " << i
+              << " of " << total << " contributions";
+        }
+        ASSERT_GT(heavy, 0) << c10::str(c.shape) << " " << c10::str(c.padding);
+      });
     }
   }
 }

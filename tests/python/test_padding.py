@@ -76,6 +76,8 @@ CASES = [
     ("replicate2d_negative", "replication", (2, 2, 7, 6), [-2, 3, 2, -3]),
     ("replicate2d_corner_tree", "replication", (1, 2, 3, 3), [6, 5, 4, 7]),
     ("replicate2d_huge_pad", "replication", (1, 1, 2, 2), [30, 30, 30, 30]),
+    ("replicate2d_warp_corners", "replication", (1, 2, 4, 40), [20, 17, 21, 0]),  # corners of 441 and 396
+    ("replicate3d_warp_corners", "replication", (1, 2, 3, 3, 3), [7, 6, 8, 5, 7, 9]),  # corners of up to 720
     ("replicate3d", "replication", (2, 2, 3, 4, 5), [1, 2, 2, 1, 1, 1]),
     ("replicate3d_unbatched", "replication", (2, 3, 3, 3), [2, 2, 1, 1, 0, 1]),
     ("replicate3d_negative", "replication", (1, 2, 5, 5, 5), [-1, 2, 2, -2, 1, 1]),
