@@ -40,6 +40,37 @@ struct MaxUnpoolGatherOp {
   }
 };
 
+// The CUDA path for planes of at most kUnpoolPlaneMaxOutputs output elements (and fewer than 2^31 input
+// elements): one block per plane keeps the plane's winners in shared memory, 4 bytes each (224 KB at most:
+// within the 227 KB a block of sm_90 may take), raised by a 32-bit atomicMax per input element, then writes
+// every output element of the plane from its winner: one launch, no table in global memory, no fill
+// (cuda/max_unpool.cu). Larger planes (and devices with less shared memory per block) take the table path.
+constexpr int64_t kUnpoolPlaneMaxOutputs = 56 * 1024;
+inline bool max_unpool_plane_path(int64_t in_image, int64_t out_image) {
+  return out_image <= kUnpoolPlaneMaxOutputs && in_image <= INT32_MAX;
+}
+
+// The plane path's steps for plane p, shared by the CUDA kernel and the CPU test that runs them in shuffled
+// orders: input j's output position in the plane (-1 outside [0, out_image)), and output o written from its
+// winner w, the largest j that writes it (-1: none, zero). NB: the same winners as the table's (an integer
+// maximum, the same in any order), so the same bits.
+template <typename bits_t>
+struct MaxUnpoolPlaneOp {
+  const bits_t* in;
+  const int64_t* indices;
+  bits_t* out;
+  int64_t in_image;
+  int64_t out_image;
+
+  C10_HOST_DEVICE int32_t dest(int64_t p, int32_t j) const {
+    const int64_t idx = indices[p * in_image + j];
+    return idx < 0 || idx >= out_image ? -1 : static_cast<int32_t>(idx);
+  }
+  C10_HOST_DEVICE void write(int64_t p, int32_t o, int32_t w) const {
+    out[p * out_image + o] = w >= 0 ? in[p * in_image + w] : bits_t{};
+  }
+};
+
 // out (contiguous, out_image elements per plane) from in and indices (contiguous, in_image per plane): the
 // winners by `scatter(indices, n, in_image, out_image, winner)` (winner holds -1; each valid element
 // raises its destination's winner to its position), then the gather on an engine (cpu::Engine or

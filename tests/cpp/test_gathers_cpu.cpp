@@ -257,4 +257,44 @@ TEST(GathersCpu, MaxUnpoolSerialPassMatchesWinnerGather) {
   }
 }
 
+// The CUDA plane path's steps (MaxUnpoolPlaneOp), each plane's inputs raising the winners in a shuffled order and
+// its outputs written in another, against the serial pass: repeated indices (several inputs per output) and
+// outputs nobody writes.
+TEST(GathersCpu, MaxUnpoolPlaneStepsMatchTheSerialPass) {
+  at::manual_seed(4);
+  std::mt19937 rng(9);
+  const int64_t planes = 5;
+  for (const auto dtype : kDtypes) {
+    for (const int64_t out_w : {int64_t{6}, int64_t{40}}) {
+      const at::Tensor self = at::randn({1, planes, 5, 10}).to(dtype);
+      const at::Tensor indices = at::randint(0, 5 * out_w, {1, planes, 5, 10}, at::kLong);
+      const at::Tensor twin = detops::max_unpool2d(self, indices, {5, out_w});
+      at::Tensor out = at::full({1, planes, 5, out_w}, 7.0).to(dtype);
+      const int64_t in_image = 50;
+      const int64_t out_image = 5 * out_w;
+      ASSERT_TRUE(detops::max_unpool_plane_path(in_image, out_image));
+      detops::dispatch_element_bits("max_unpool", out, [&](auto tag) {
+        using bits_t = decltype(tag);
+        const detops::MaxUnpoolPlaneOp<bits_t> op{static_cast<const bits_t*>(self.const_data_ptr()),
+                                                  indices.const_data_ptr<int64_t>(),
+                                                  static_cast<bits_t*>(out.data_ptr()), in_image, out_image};
+        std::vector<int32_t> order_in(in_image), order_out(out_image);
+        std::iota(order_in.begin(), order_in.end(), 0);
+        std::iota(order_out.begin(), order_out.end(), 0);
+        for (int64_t p = planes - 1; p >= 0; --p) {
+          std::vector<int32_t> winner(out_image, -1);
+          std::shuffle(order_in.begin(), order_in.end(), rng);
+          for (const int32_t j : order_in) {
+            const int32_t d = op.dest(p, j);
+            if (d >= 0) winner[d] = std::max(winner[d], j);
+          }
+          std::shuffle(order_out.begin(), order_out.end(), rng);
+          for (const int32_t o : order_out) op.write(p, o, winner[o]);
+        }
+      });
+      expect_same_bits(out, twin, std::string(c10::toString(dtype)) + ", width " + std::to_string(out_w));
+    }
+  }
+}
+
 }  // namespace

@@ -275,8 +275,13 @@ def test_kernel_entries_count_the_work_outside_the_engine():
         plan = P.plan_summary(C.twin_op("aten::_ctc_loss_backward"), *call.args, plan_only=plan_only, **call.kwargs)
         assert [c.call["kind"] for c in plan.calls] == ["kernel"]
         assert plan.totals["launches"] == 3 and plan.totals["memsets"] == 1 and plan.totals["allocations"] == 4
-    # max_unpool: the winner table's fill and the winner kernel, then the gather.
-    plan = P.case_plan(_case("max_unpool2d", "segnet"), full=False)
+    # max_unpool: planes of at most 56K outputs in one kernel, their winners in shared memory (segnet's 224 x 224);
+    # larger ones the winner table's fill and the winner kernel, then the gather (segnet3d's 32 x 112 x 112).
+    for full in (False, True):
+        plan = P.case_plan(_case("max_unpool2d", "segnet"), full=full)
+        assert [c.call["kind"] for c in plan.calls] == ["kernel"]
+        assert plan.totals["launches"] == 1 and plan.totals["allocations"] == 0
+    plan = P.case_plan(_case("max_unpool3d", "segnet3d"), full=True)
     assert [c.call["kind"] for c in plan.calls] == ["kernel", "for_each"]
     assert plan.totals["launches"] == 3 and plan.totals["allocations"] == 1
     # median: the key gather, the offsets and CUB's segmented sort (one kernel up to 500 rows; more: a partition,
