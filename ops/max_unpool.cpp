@@ -144,7 +144,7 @@ at::Tensor& max_unpool_out_impl(const char* name, const at::Tensor& self, const 
     // NB: the serial pass stands for the CUDA path's plane kernel, or its winner kernels and gather (ops/plan.h),
     // recorded in their place (the plane path as on sm_90). It writes only the destinations, after zeros.
     if (max_unpool_plane_path(in_image, out_image)) {
-      plan::record(max_unpool_plane_kernels(in.numel()));
+      plan::record(max_unpool_plane_kernels(in.numel(), out_image));
     } else {
       plan::record(max_unpool_kernels(in.numel(), work.numel()));
       plan::record(plan::for_each_call(work.numel()));
@@ -163,10 +163,10 @@ plan::EngineCall max_unpool_kernels(int64_t n, int64_t outputs) {
   return plan::kernel_call(/*launches=*/2, /*copies=*/0, /*allocations=*/1, outputs * 8, outputs * 8 + 2 * n * 8);
 }
 
-plan::EngineCall max_unpool_plane_kernels(int64_t n) {
-  // Traffic: the indices read once (the winners stay in shared memory; the output's writes and the winners'
-  // reads are the element copy's, which the table path's gather does not count either).
-  return plan::kernel_call(/*launches=*/1, /*copies=*/0, /*allocations=*/0, 0, n * 8);
+plan::EngineCall max_unpool_plane_kernels(int64_t n, int64_t out_image) {
+  // Traffic: the indices read once per chunk of their plane (the winners stay in shared memory; the output's
+  // writes and the winners' reads are the element copy's, which the table path's gather does not count either).
+  return plan::kernel_call(/*launches=*/1, /*copies=*/0, /*allocations=*/0, 0, n * 8 * max_unpool_chunks(out_image));
 }
 
 at::Tensor& max_unpool2d_out(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,

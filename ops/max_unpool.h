@@ -14,9 +14,9 @@ namespace detops {
 // elements and `outputs` output elements: the winner table (one allocation, filled with -1 by one kernel) and
 // the winner kernel. The CPU path records it in their place.
 plan::EngineCall max_unpool_kernels(int64_t n, int64_t outputs);
-// The plane path's one kernel (max_unpool_plane_path, ops/max_unpool_op.h) for n input elements: no table, no
-// gather after it. The CPU path records it in its place too.
-plan::EngineCall max_unpool_plane_kernels(int64_t n);
+// The plane path's one kernel (max_unpool_plane_path, ops/max_unpool_op.h) for n input elements into planes of
+// out_image outputs: no table, no gather after it. The CPU path records it in its place too.
+plan::EngineCall max_unpool_plane_kernels(int64_t n, int64_t out_image);
 
 at::Tensor max_unpool2d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size);
 at::Tensor& max_unpool2d_out(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,

@@ -40,20 +40,27 @@ struct MaxUnpoolGatherOp {
   }
 };
 
-// The CUDA path for planes of at most kUnpoolPlaneMaxOutputs output elements (and fewer than 2^31 input
-// elements): one block per plane keeps the plane's winners in shared memory, 4 bytes each (224 KB at most:
-// within the 227 KB a block of sm_90 may take), raised by a 32-bit atomicMax per input element, then writes
-// every output element of the plane from its winner: one launch, no table in global memory, no fill
-// (cuda/max_unpool.cu). Larger planes (and devices with less shared memory per block) take the table path.
+// The CUDA path for planes of at most kUnpoolPlaneMaxChunks x kUnpoolPlaneMaxOutputs output elements (and fewer
+// than 2^31 input elements): one block per (plane, chunk of at most kUnpoolPlaneMaxOutputs outputs) keeps the
+// chunk's winners in shared memory, 4 bytes each (224 KB at most: within the 227 KB a block of sm_90 may take),
+// raised by a 32-bit atomicMax per input element of the plane that writes into the chunk, then writes every
+// output element of the chunk from its winner: one launch, no table in global memory, no fill
+// (cuda/max_unpool.cu). Each chunk reads all its plane's indices, so the chunks are few. Larger planes (and
+// devices with less shared memory per block) take the table path.
 constexpr int64_t kUnpoolPlaneMaxOutputs = 56 * 1024;
-inline bool max_unpool_plane_path(int64_t in_image, int64_t out_image) {
-  return out_image <= kUnpoolPlaneMaxOutputs && in_image <= INT32_MAX;
+constexpr int64_t kUnpoolPlaneMaxChunks = 16;
+inline int64_t max_unpool_chunks(int64_t out_image, int64_t max_chunk = kUnpoolPlaneMaxOutputs) {
+  return (out_image + max_chunk - 1) / max_chunk;
+}
+inline bool max_unpool_plane_path(int64_t in_image, int64_t out_image, int64_t max_chunk = kUnpoolPlaneMaxOutputs) {
+  return in_image <= INT32_MAX && out_image <= INT32_MAX && max_unpool_chunks(out_image, max_chunk) <= kUnpoolPlaneMaxChunks;
 }
 
-// The plane path's steps for plane p, shared by the CUDA kernel and the CPU test that runs them in shuffled
-// orders: input j's output position in the plane (-1 outside [0, out_image)), and output o written from its
-// winner w, the largest j that writes it (-1: none, zero). NB: the same winners as the table's (an integer
-// maximum, the same in any order), so the same bits.
+// The plane path's steps for chunk c of plane p, shared by the CUDA kernel and the CPU test that runs them in
+// shuffled orders: the chunk's outputs [c * chunk, c * chunk + size) of the plane, the chunk position input j
+// writes (-1 outside the chunk; the plane position outside [0, out_image) is an invalid index), and output o of
+// the chunk written from its winner w, the largest j that writes it (-1: none, zero). NB: the same winners as
+// the table's (an integer maximum, the same in any order), so the same bits.
 template <typename bits_t>
 struct MaxUnpoolPlaneOp {
   const bits_t* in;
@@ -61,13 +68,23 @@ struct MaxUnpoolPlaneOp {
   bits_t* out;
   int64_t in_image;
   int64_t out_image;
+  int32_t chunk;   // outputs per chunk (the last may hold fewer)
+  int32_t chunks;  // per plane
 
-  C10_HOST_DEVICE int32_t dest(int64_t p, int32_t j) const {
-    const int64_t idx = indices[p * in_image + j];
-    return idx < 0 || idx >= out_image ? -1 : static_cast<int32_t>(idx);
+  C10_HOST_DEVICE int32_t size(int32_t c) const {
+    const int64_t left = out_image - int64_t{c} * chunk;
+    return left < chunk ? static_cast<int32_t>(left) : chunk;
   }
-  C10_HOST_DEVICE void write(int64_t p, int32_t o, int32_t w) const {
-    out[p * out_image + o] = w >= 0 ? in[p * in_image + w] : bits_t{};
+  // Input j of plane p: its index (the plane position it writes), unchecked.
+  C10_HOST_DEVICE int64_t index(int64_t p, int32_t j) const {
+    return indices[p * in_image + j];
+  }
+  C10_HOST_DEVICE int32_t dest(int64_t p, int32_t c, int32_t j) const {
+    const int64_t d = index(p, j) - int64_t{c} * chunk;
+    return d < 0 || d >= size(c) ? -1 : static_cast<int32_t>(d);
+  }
+  C10_HOST_DEVICE void write(int64_t p, int32_t c, int32_t o, int32_t w) const {
+    out[p * out_image + int64_t{c} * chunk + o] = w >= 0 ? in[p * in_image + w] : bits_t{};
   }
 };
 

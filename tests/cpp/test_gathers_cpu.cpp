@@ -257,9 +257,10 @@ TEST(GathersCpu, MaxUnpoolSerialPassMatchesWinnerGather) {
   }
 }
 
-// The CUDA plane path's steps (MaxUnpoolPlaneOp), each plane's inputs raising the winners in a shuffled order and
-// its outputs written in another, against the serial pass: repeated indices (several inputs per output) and
-// outputs nobody writes.
+// The CUDA plane path's steps (MaxUnpoolPlaneOp), the (plane, chunk) blocks in a shuffled order, each raising its
+// winners from the plane's inputs in a shuffled order and writing its outputs in another, against the serial
+// pass: one chunk per plane and chunks of 7 outputs (the last one shorter); repeated indices (several inputs per
+// output) and outputs nobody writes.
 TEST(GathersCpu, MaxUnpoolPlaneStepsMatchTheSerialPass) {
   at::manual_seed(4);
   std::mt19937 rng(9);
@@ -269,30 +270,41 @@ TEST(GathersCpu, MaxUnpoolPlaneStepsMatchTheSerialPass) {
       const at::Tensor self = at::randn({1, planes, 5, 10}).to(dtype);
       const at::Tensor indices = at::randint(0, 5 * out_w, {1, planes, 5, 10}, at::kLong);
       const at::Tensor twin = detops::max_unpool2d(self, indices, {5, out_w});
-      at::Tensor out = at::full({1, planes, 5, out_w}, 7.0).to(dtype);
       const int64_t in_image = 50;
       const int64_t out_image = 5 * out_w;
       ASSERT_TRUE(detops::max_unpool_plane_path(in_image, out_image));
-      detops::dispatch_element_bits("max_unpool", out, [&](auto tag) {
-        using bits_t = decltype(tag);
-        const detops::MaxUnpoolPlaneOp<bits_t> op{static_cast<const bits_t*>(self.const_data_ptr()),
-                                                  indices.const_data_ptr<int64_t>(),
-                                                  static_cast<bits_t*>(out.data_ptr()), in_image, out_image};
-        std::vector<int32_t> order_in(in_image), order_out(out_image);
-        std::iota(order_in.begin(), order_in.end(), 0);
-        std::iota(order_out.begin(), order_out.end(), 0);
-        for (int64_t p = planes - 1; p >= 0; --p) {
-          std::vector<int32_t> winner(out_image, -1);
-          std::shuffle(order_in.begin(), order_in.end(), rng);
-          for (const int32_t j : order_in) {
-            const int32_t d = op.dest(p, j);
-            if (d >= 0) winner[d] = std::max(winner[d], j);
+      for (const int64_t max_chunk : {out_image, int64_t{7}}) {
+        at::Tensor out = at::full({1, planes, 5, out_w}, 7.0).to(dtype);
+        const int64_t chunks = detops::max_unpool_chunks(out_image, max_chunk);
+        const int64_t chunk = max_chunk == 7 ? 7 : out_image;
+        detops::dispatch_element_bits("max_unpool", out, [&](auto tag) {
+          using bits_t = decltype(tag);
+          const detops::MaxUnpoolPlaneOp<bits_t> op{static_cast<const bits_t*>(self.const_data_ptr()),
+                                                    indices.const_data_ptr<int64_t>(),
+                                                    static_cast<bits_t*>(out.data_ptr()), in_image, out_image,
+                                                    static_cast<int32_t>(chunk), static_cast<int32_t>(chunks)};
+          std::vector<int64_t> blocks(planes * chunks);
+          std::iota(blocks.begin(), blocks.end(), 0);
+          std::shuffle(blocks.begin(), blocks.end(), rng);
+          std::vector<int32_t> order_in(in_image);
+          std::iota(order_in.begin(), order_in.end(), 0);
+          for (const int64_t q : blocks) {
+            const int64_t p = q / chunks;
+            const auto c = static_cast<int32_t>(q % chunks);
+            std::vector<int32_t> winner(op.size(c), -1), order_out(op.size(c));
+            std::shuffle(order_in.begin(), order_in.end(), rng);
+            for (const int32_t j : order_in) {
+              const int32_t d = op.dest(p, c, j);
+              if (d >= 0) winner[d] = std::max(winner[d], j);
+            }
+            std::iota(order_out.begin(), order_out.end(), 0);
+            std::shuffle(order_out.begin(), order_out.end(), rng);
+            for (const int32_t o : order_out) op.write(p, c, o, winner[o]);
           }
-          std::shuffle(order_out.begin(), order_out.end(), rng);
-          for (const int32_t o : order_out) op.write(p, o, winner[o]);
-        }
-      });
-      expect_same_bits(out, twin, std::string(c10::toString(dtype)) + ", width " + std::to_string(out_w));
+        });
+        expect_same_bits(out, twin, std::string(c10::toString(dtype)) + ", width " + std::to_string(out_w) +
+                                        ", chunks of " + std::to_string(chunk));
+      }
     }
   }
 }

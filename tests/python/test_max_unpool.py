@@ -224,9 +224,9 @@ def test_cuda_equals_cpu_twin_and_runs_under_the_flag(dims, dtype):
     got = unpool2d.default(xc, indices.cuda().contiguous(memory_format=torch.channels_last), [112, 112])
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert_bitwise_equal(got, want, "channels-last")
-    # Planes of 224 x 224 (the plane kernel, 196 KB of shared memory per block) and 240 x 240 (past 56K outputs:
-    # the winner table), with repeats.
-    for side in (224, 240):
+    # Planes of 224 x 224 (the plane kernel, one chunk: 196 KB of shared memory per block), 240 x 240 (two chunks)
+    # and 1000 x 1000 (18 chunks: the winner table), with repeats.
+    for side in (224, 240, 1000):
         x = torch.randn(2, 3, side // 2, side // 2, generator=g)
         indices = torch.randint(0, side * side // 3, x.shape, generator=g)
         want = unpool2d.default(x, indices, [side, side])

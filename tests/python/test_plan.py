@@ -275,13 +275,19 @@ def test_kernel_entries_count_the_work_outside_the_engine():
         plan = P.plan_summary(C.twin_op("aten::_ctc_loss_backward"), *call.args, plan_only=plan_only, **call.kwargs)
         assert [c.call["kind"] for c in plan.calls] == ["kernel"]
         assert plan.totals["launches"] == 3 and plan.totals["memsets"] == 1 and plan.totals["allocations"] == 4
-    # max_unpool: planes of at most 56K outputs in one kernel, their winners in shared memory (segnet's 224 x 224);
-    # larger ones the winner table's fill and the winner kernel, then the gather (segnet3d's 32 x 112 x 112).
-    for full in (False, True):
-        plan = P.case_plan(_case("max_unpool2d", "segnet"), full=full)
-        assert [c.call["kind"] for c in plan.calls] == ["kernel"]
-        assert plan.totals["launches"] == 1 and plan.totals["allocations"] == 0
-    plan = P.case_plan(_case("max_unpool3d", "segnet3d"), full=True)
+    # max_unpool: planes of at most 16 chunks of 56K outputs in one kernel, each chunk's winners in shared memory
+    # (segnet's 224 x 224 in one chunk, segnet3d's 32 x 112 x 112 in 7); larger ones the winner table's fill and
+    # the winner kernel, then the gather (1000 x 1000: 18 chunks).
+    for op, shape, inputs, chunks in (("max_unpool2d", "segnet", 16 * 64 * 112 * 112, 1),
+                                      ("max_unpool3d", "segnet3d", 4 * 32 * 16 * 56 * 56, 7)):
+        for full in (False, True):
+            plan = P.case_plan(_case(op, shape), full=full)
+            assert [c.call["kind"] for c in plan.calls] == ["kernel"]
+            assert plan.totals["launches"] == 1 and plan.totals["allocations"] == 0
+        assert plan.totals["bytes_moved"] == inputs * 8 * chunks  # each chunk reads its plane's indices
+    x = torch.zeros(1, 1, 500, 500)
+    indices = torch.arange(250_000).view(1, 1, 500, 500) * 4
+    plan = P.plan_summary(torch.ops.detops.max_unpool2d, x, indices, [1000, 1000], plan_only=True)
     assert [c.call["kind"] for c in plan.calls] == ["kernel", "for_each"]
     assert plan.totals["launches"] == 3 and plan.totals["allocations"] == 1
     # median: the key gather, the offsets and CUB's segmented sort (one kernel up to 500 rows; more: a partition,
