@@ -38,6 +38,25 @@ struct PadCase {
   bool reflect;
 };
 
+// The case's grad_output shape and its PadDims (the unused leading axes of size 1, no padding).
+detops::PadDims pad_dims(const PadCase& c, std::vector<int64_t>& out_shape) {
+  const int n = static_cast<int>(c.padding.size() / 2);
+  out_shape = c.shape;
+  for (int a = 0; a < n; ++a) out_shape[out_shape.size() - 1 - a] += c.padding[2 * a] + c.padding[2 * a + 1];
+  detops::PadDims d{};
+  for (int k = 0; k < 3; ++k) {
+    d.isize[k] = 1;
+    d.osize[k] = 1;
+    d.before[k] = 0;
+  }
+  for (int a = 0; a < n; ++a) {
+    d.isize[2 - a] = c.shape[c.shape.size() - 1 - a];
+    d.osize[2 - a] = out_shape[out_shape.size() - 1 - a];
+    d.before[2 - a] = c.padding[2 * a];
+  }
+  return d;
+}
+
 TEST(GathersCpu, PaddingRowsMatchPerElementOps) {
   const std::vector<PadCase> cases = {
       {{2, 3, 40}, {5, 7}, true},
@@ -59,20 +78,8 @@ TEST(GathersCpu, PaddingRowsMatchPerElementOps) {
   };
   at::manual_seed(0);
   for (const auto& c : cases) {
-    const int n = static_cast<int>(c.padding.size() / 2);
-    std::vector<int64_t> out_shape = c.shape;
-    for (int a = 0; a < n; ++a) out_shape[out_shape.size() - 1 - a] += c.padding[2 * a] + c.padding[2 * a + 1];
-    detops::PadDims d{};
-    for (int k = 0; k < 3; ++k) {
-      d.isize[k] = 1;
-      d.osize[k] = 1;
-      d.before[k] = 0;
-    }
-    for (int a = 0; a < n; ++a) {
-      d.isize[2 - a] = c.shape[c.shape.size() - 1 - a];
-      d.osize[2 - a] = out_shape[out_shape.size() - 1 - a];
-      d.before[2 - a] = c.padding[2 * a];
-    }
+    std::vector<int64_t> out_shape;
+    const detops::PadDims d = pad_dims(c, out_shape);
     for (const auto dtype : kDtypes) {
       const at::Tensor self = at::randn(c.shape).to(dtype);
       const at::Tensor grad_out = at::randn(out_shape).to(dtype);
@@ -105,20 +112,8 @@ TEST(GathersCpu, PaddingBlocksInAnyOrderMatchTheGather) {
   at::manual_seed(1);
   std::mt19937 rng(5);
   for (const auto& c : cases) {
-    const int n = static_cast<int>(c.padding.size() / 2);
-    std::vector<int64_t> out_shape = c.shape;
-    for (int a = 0; a < n; ++a) out_shape[out_shape.size() - 1 - a] += c.padding[2 * a] + c.padding[2 * a + 1];
-    detops::PadDims d{};
-    for (int k = 0; k < 3; ++k) {
-      d.isize[k] = 1;
-      d.osize[k] = 1;
-      d.before[k] = 0;
-    }
-    for (int a = 0; a < n; ++a) {
-      d.isize[2 - a] = c.shape[c.shape.size() - 1 - a];
-      d.osize[2 - a] = out_shape[out_shape.size() - 1 - a];
-      d.before[2 - a] = c.padding[2 * a];
-    }
+    std::vector<int64_t> out_shape;
+    const detops::PadDims d = pad_dims(c, out_shape);
     for (const auto dtype : kDtypes) {
       at::Tensor grad_in = at::empty(c.shape, at::TensorOptions().dtype(dtype));
       const at::Tensor grad_out = at::randn(out_shape).to(dtype);
