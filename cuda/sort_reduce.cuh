@@ -56,6 +56,17 @@ inline Launch2D launch_2d(int64_t rows, int64_t cols) {
   return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(tx, ty)};
 }
 
+// level0_kernel's launch: at most 32 threads per position, each taking columns c, c + 32, ... (gridDim.y = 1).
+// NB: every thread of a position computes the position's block facts (a few dependent loads) before its folds;
+// with a thread per column (launch_2d), a position of 256 columns ran them 256 times (100k rows of 256 into 1M:
+// 25.6M threads, each waiting on the facts for one column's fold).
+inline Launch2D launch_level0(int64_t n, int64_t D) {
+  int tx = 1;
+  while (tx < D && tx < 32) tx *= 2;
+  const int ty = 256 / tx;
+  return {dim3(static_cast<unsigned>((n + ty - 1) / ty)), dim3(tx, ty)};
+}
+
 // Contributions per thread of the key kernel.
 constexpr int kKeyItems = 4;
 
@@ -118,10 +129,11 @@ __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, int32_t D, 
   if (first == 0 && num_slots != nullptr) *num_slots = 0;
 }
 
-// Level 0: one thread per (sorted position, column); block leaders fold (engine::level0_block once, then
-// engine::level0_fold per column). The first column's thread of a long segment's leader also records its
-// slot (engine::record_slot). NB: launch bounds of 4 blocks of 256 per SM cap the kernel at 64 registers (the
-// fold of a block is otherwise unrolled into ~170).
+// Level 0: one thread per (sorted position, column), above 32 columns 32 threads per position, each taking every
+// 32nd column (launch_level0); block leaders fold (engine::level0_block once, then engine::level0_fold per
+// column). The first column's thread of a long segment's leader also records its slot (engine::record_slot).
+// NB: launch bounds of 4 blocks of 256 per SM cap the kernel at 64 registers (the fold of a block is otherwise
+// unrolled into ~170).
 template <typename acc_t, typename KeyT, typename Op, typename Src>
 __global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys, Src src, const int32_t* seg_first,
                                                      const int32_t* tile_start, int32_t n, int64_t num_keys,
@@ -330,7 +342,7 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
       level0_window_kernel<acc_t, KeyT, Op><<<grid, engine::kWindow, 0, stream>>>(
           op, keys, src, sorted.seg_first, sorted.tile_start, n, num_keys, D, scratch, slot_first, slot_pos);
     } else {
-      const Launch2D l0 = launch_2d(n, D);
+      const Launch2D l0 = launch_level0(n, D);
       level0_kernel<acc_t, KeyT, Op, Src><<<l0.grid, l0.block, 0, stream>>>(op, keys, src, sorted.seg_first,
                                                                             sorted.tile_start, n, num_keys, D,
                                                                             scratch, slot_first, slot_pos);
