@@ -34,7 +34,8 @@ constexpr int kPlaneThreads = 1024;
 // from its winner (write), coalesced, zero where none. NB: an integer maximum, exact in any order, so the
 // winners are the largest positions whatever the schedule.
 template <typename bits_t>
-__global__ void __launch_bounds__(kPlaneThreads) max_unpool_plane_kernel(MaxUnpoolPlaneOp<bits_t> op, int64_t blocks) {
+__global__ void __launch_bounds__(kPlaneThreads)
+    max_unpool_plane_kernel(MaxUnpoolPlaneOp<bits_t> op, int64_t blocks) {
   extern __shared__ int32_t chunk_winner[];
   const auto in_image = static_cast<int32_t>(op.in_image);
   for (int64_t q = blockIdx.x; q < blocks; q += gridDim.x) {
@@ -74,11 +75,12 @@ bool launch_plane_path(const at::Tensor& in, const at::Tensor& indices, at::Tens
     using bits_t = decltype(tag);
     const auto kernel = max_unpool_plane_kernel<bits_t>;
     if (bytes > 48 * 1024) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+      C10_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     }
-    const MaxUnpoolPlaneOp<bits_t> op{static_cast<const bits_t*>(in.const_data_ptr()), indices.const_data_ptr<int64_t>(),
-                                      static_cast<bits_t*>(out.data_ptr()), in_image, out_image,
-                                      static_cast<int32_t>(chunk), static_cast<int32_t>(chunks)};
+    const MaxUnpoolPlaneOp<bits_t> op{static_cast<const bits_t*>(in.const_data_ptr()),
+                                      indices.const_data_ptr<int64_t>(), static_cast<bits_t*>(out.data_ptr()),
+                                      in_image, out_image, static_cast<int32_t>(chunk), static_cast<int32_t>(chunks)};
     kernel<<<grid, kPlaneThreads, bytes, c10::cuda::getCurrentCUDAStream()>>>(op, blocks);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });

@@ -53,7 +53,8 @@ inline int64_t max_unpool_chunks(int64_t out_image, int64_t max_chunk = kUnpoolP
   return (out_image + max_chunk - 1) / max_chunk;
 }
 inline bool max_unpool_plane_path(int64_t in_image, int64_t out_image, int64_t max_chunk = kUnpoolPlaneMaxOutputs) {
-  return in_image <= INT32_MAX && out_image <= INT32_MAX && max_unpool_chunks(out_image, max_chunk) <= kUnpoolPlaneMaxChunks;
+  return in_image <= INT32_MAX && out_image <= INT32_MAX &&
+         max_unpool_chunks(out_image, max_chunk) <= kUnpoolPlaneMaxChunks;
 }
 
 // The plane path's steps for chunk c of plane p, shared by the CUDA kernel and the CPU test that runs them in
