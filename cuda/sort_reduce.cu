@@ -1,6 +1,6 @@
 // The plan of the sort-reduce engine: stable sort of (key, source position or carried contribution), a counting
-// sort for small key ranges and CUB's radix sort otherwise, then the scratch slots of the long segments, taken by
-// their heads (docs/order_contract.md, docs/engine.md).
+// sort of our own for 32-bit keys and CUB's radix sort for 64-bit ones, then the scratch slots of the long
+// segments, taken by their heads (docs/order_contract.md, docs/engine.md).
 // Everything lives in the call's one workspace (plan::layout_for).
 #include "cuda/sort_reduce.h"
 #include "cuda/sort_reduce_steps.h"
@@ -8,18 +8,23 @@
 #include "ops/contract.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
+#include <cooperative_groups.h>
 #include <cuda/std/iterator>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 namespace detops::cuda {
@@ -100,91 +105,241 @@ __global__ void long_segments_kernel(const KeyT* keys, int32_t n, int64_t num_ke
 
 // The counting sort's keys past n: in no bin.
 constexpr uint32_t kNoBin = 0xffffffffu;
+constexpr int kCountThreads = engine::kCountWarps * 32;
+// Table entries per thread in each round of a chunk's scan, and chunk totals per thread in the scatter's scan
+// of them (kCountThreads x kScanItems >= plan::kCountingMaxGrid).
+constexpr int kScanItems = 4;
+static_assert(kCountThreads * kScanItems >= plan::kCountingMaxGrid, "one round scans every chunk total");
+using BlockScan = cub::BlockScan<uint32_t, kCountThreads>;
 
-// One warp's count of its part of a tile (keys k, one per chunk, kNoBin past n) per bin, into its row of shared
-// counts. In each chunk the lanes of one key find each other
-// (__match_any_sync) and the first adds their number: one writer per (row, bin) at a time, ordered by
-// __syncwarp() from one chunk to the next.
-__device__ void count_part(const uint32_t (&k)[engine::kCountChunks], int lane, uint32_t* row) {
+// The counting sort's arguments: its double buffers (pass p reads buffer p % 2 and writes the other), its passes,
+// the table and the scan chunks' totals (plan::kCountingMaxGrid).
+template <typename ValueT>
+struct CountingArgs {
+  uint32_t* keys0;
+  uint32_t* keys1;
+  ValueT* values0;
+  ValueT* values1;
+  int32_t n;
+  int64_t num_keys;
+  int32_t tiles;
+  plan::CountingPasses passes;
+  uint32_t* table;
+  uint32_t* totals;
+};
+
+// One warp's count of its part of a tile (digits d, one per chunk, kNoBin past n) per bin, into its row of shared
+// counts. In each chunk the lanes of one digit find each other (__match_any_sync) and the first adds their number:
+// one writer per (row, bin) at a time, ordered by __syncwarp() from one chunk to the next.
+__device__ void count_part(const uint32_t (&d)[engine::kCountChunks], int lane, uint32_t* row) {
   for (int c = 0; c < engine::kCountChunks; ++c) {
-    const uint32_t peers = __match_any_sync(0xffffffffu, k[c]);
-    if (k[c] != kNoBin && engine::peer_rank(peers, lane) == 0) row[k[c]] += engine::popcount32(peers);
+    const uint32_t peers = __match_any_sync(0xffffffffu, d[c]);
+    if (d[c] != kNoBin && engine::peer_rank(peers, lane) == 0) row[d[c]] += engine::popcount32(peers);
     __syncwarp();
   }
 }
 
-// Both counting kernels' first phase for tile blockIdx.x: each warp loads its part's keys into k (kNoBin past n),
-// zeroes its row of the block's counts (shared memory) and counts its part into it (count_part). Returns the rows,
-// once every warp's is done.
+// The count and the scatter's first step for one tile: each warp loads its part's keys into k and their digits
+// at `shift` into d (kNoBin past n), zeroes its row of the block's counts (shared memory) and counts its part into
+// it (count_part). Returns the rows, once every warp's is done.
 using CountRows = uint32_t[engine::kCountWarps][plan::kCountingMaxBins];
-__device__ CountRows& count_tile(const uint32_t* keys, int32_t n, int32_t bins, uint32_t (&k)[engine::kCountChunks]) {
+__device__ CountRows& count_tile(const uint32_t* keys, int32_t n, int32_t tile, int shift, int width, int32_t bins,
+                                 uint32_t (&k)[engine::kCountChunks], uint32_t (&d)[engine::kCountChunks]) {
   __shared__ CountRows rows;
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
 #pragma unroll
   for (int c = 0; c < engine::kCountChunks; ++c) {
-    const int64_t p = engine::count_position(blockIdx.x, warp, c, lane);
-    k[c] = p < n ? keys[p] : kNoBin;
+    const int64_t p = engine::count_position(tile, warp, c, lane);
+    k[c] = p < n ? keys[p] : 0u;
+    d[c] = p < n ? plan::counting_digit(k[c], shift, width) : kNoBin;
   }
   for (int b = lane; b < bins; b += 32) rows[warp][b] = 0;
   __syncwarp();
-  count_part(k, lane, rows[warp]);
+  count_part(d, lane, rows[warp]);
   __syncthreads();
   return rows;
 }
 
-// A block of engine::kCountWarps warps per tile of plan::kCountingTile contributions: each warp counts its part per
-// bin (count_tile), then the block sums the rows into the tile's column of the table, bin-major (table[bin *
-// tiles + tile]). NB: integer counts, exact in any order.
-__global__ void __launch_bounds__(engine::kCountWarps * 32) counting_count_kernel(const uint32_t* keys, int32_t n,
-                                                                                  int32_t bins, int32_t tiles,
-                                                                                  uint32_t* table) {
-  uint32_t k[engine::kCountChunks];
-  const CountRows& rows = count_tile(keys, n, bins, k);
-  for (int b = static_cast<int>(threadIdx.x); b < bins; b += blockDim.x) {
-    uint32_t total = 0;
-    for (int w = 0; w < engine::kCountWarps; ++w) total += rows[w][b];
-    table[int64_t{b} * tiles + blockIdx.x] = total;
+// A pass's count: each block takes tiles blockIdx.x, + gridDim.x, ...; its warps count their parts per bin
+// (count_tile), then the block sums the rows into the tile's column of the table, bin-major (table[bin * tiles +
+// tile]). NB: integer counts, exact in any order.
+__device__ void counting_count(const uint32_t* keys, int32_t n, int32_t tiles, int shift, int width, int32_t bins,
+                               uint32_t* table) {
+  for (int32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    uint32_t k[engine::kCountChunks];
+    uint32_t d[engine::kCountChunks];
+    const CountRows& rows = count_tile(keys, n, tile, shift, width, bins, k, d);
+    for (int b = static_cast<int>(threadIdx.x); b < bins; b += blockDim.x) {
+      uint32_t total = 0;
+      for (int w = 0; w < engine::kCountWarps; ++w) total += rows[w][b];
+      table[int64_t{b} * tiles + tile] = total;
+    }
+    __syncthreads();
   }
 }
 
-// The scatter of the counting sort, a block per tile as the count kernel: the warps count their parts again; each
-// row becomes the first sorted position of the warp's keys of each bin (the tile's from the scanned table, then
-// the warps before it); then each warp walks its chunks in turn: a lane's sorted position is its bin's next one
-// plus its rank among the chunk's lanes of its key (engine::peer_rank), and the first of them moves the next
-// position past them. NB: the order of the keys of one bin is tiles, then warps, then chunks, then lanes: source
-// order (engine::count_position), so the sort is stable.
-template <typename ValueT>
-__global__ void __launch_bounds__(engine::kCountWarps * 32) counting_scatter_kernel(
-    const uint32_t* keys, const ValueT* values, int32_t n, int32_t bins, int32_t tiles, const uint32_t* first,
-    uint32_t* keys_out, ValueT* values_out) {
-  uint32_t k[engine::kCountChunks];
-  CountRows& rows = count_tile(keys, n, bins, k);
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  for (int b = static_cast<int>(threadIdx.x); b < bins; b += blockDim.x) {
-    uint32_t at = first[int64_t{b} * tiles + blockIdx.x];
-    for (int w = 0; w < engine::kCountWarps; ++w) {
-      const uint32_t count = rows[w][b];
-      rows[w][b] = at;
-      at += count;
+// The running total of a block scan over rounds (cub::BlockScan's prefix callback, called by the first warp).
+struct RunningTotal {
+  uint32_t total;
+  __device__ uint32_t operator()(uint32_t round) {
+    const uint32_t before = total;
+    total += round;
+    return before;
+  }
+};
+
+// A pass's scan, the table's exclusive scan in chunks: block c scans its chunk (plan::counting_scan_chunk) in
+// place, in rounds of kCountThreads x kScanItems entries, and writes the chunk's total to totals[c]. NB: integer
+// sums, exact in any order; the scatter adds each chunk the totals before it.
+__device__ void counting_scan(uint32_t* table, int64_t entries, uint32_t* totals) {
+  __shared__ typename BlockScan::TempStorage storage;
+  const int64_t size = plan::counting_scan_chunk(entries, gridDim.x);
+  const int64_t begin = std::min<int64_t>(int64_t{blockIdx.x} * size, entries);
+  const int64_t end = std::min<int64_t>(begin + size, entries);
+  RunningTotal running{0};
+  for (int64_t round = begin; round < end; round += int64_t{kCountThreads} * kScanItems) {
+    uint32_t v[kScanItems];
+    const int64_t first = round + int64_t{threadIdx.x} * kScanItems;
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) v[j] = first + j < end ? table[first + j] : 0u;
+    BlockScan(storage).ExclusiveSum(v, v, running);
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      if (first + j < end) table[first + j] = v[j];
     }
   }
+  if (threadIdx.x == 0) totals[blockIdx.x] = running.total;
+}
+
+// A pass's scatter, a block per tile as the count: the block scans the chunks' totals into shared memory; per
+// tile, the warps load their parts' values and count their keys again; each row becomes the first sorted position
+// of the warp's keys of each bin (the tile's, from the scanned table plus its chunk's base, then the warps before
+// it); then each warp walks its chunks in turn: a lane's sorted position is its bin's next one plus its rank among
+// the chunk's lanes of its digit (engine::peer_rank), and the first of them moves the next position past them.
+// NB: the order of the keys of one bin is tiles, then warps, then chunks, then lanes: source order
+// (engine::count_position), so each pass is stable, and so is the sort.
+template <typename ValueT>
+__device__ void counting_scatter(const uint32_t* keys, const ValueT* values, int32_t n, int32_t tiles, int shift,
+                                 int width, int32_t bins, const uint32_t* table, const uint32_t* totals,
+                                 uint32_t* keys_out, ValueT* values_out) {
+  __shared__ typename BlockScan::TempStorage storage;
+  __shared__ uint32_t base[kCountThreads * kScanItems];
+  {
+    uint32_t v[kScanItems];
+    const int first = static_cast<int>(threadIdx.x) * kScanItems;
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) v[j] = first + j < static_cast<int>(gridDim.x) ? totals[first + j] : 0u;
+    BlockScan(storage).ExclusiveSum(v, v);
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) base[first + j] = v[j];
+  }
   __syncthreads();
-  uint32_t* next = rows[warp];
-  for (int c = 0; c < engine::kCountChunks; ++c) {
-    const int64_t p = engine::count_position(blockIdx.x, warp, c, lane);
-    const ValueT v = p < n ? values[p] : ValueT{};
-    const uint32_t peers = __match_any_sync(0xffffffffu, k[c]);
-    const uint32_t at = k[c] != kNoBin ? next[k[c]] : 0;
-    __syncwarp();
-    const int rank = engine::peer_rank(peers, lane);
-    if (k[c] != kNoBin) {
-      if (rank == 0) next[k[c]] = at + engine::popcount32(peers);
-      keys_out[at + rank] = k[c];
-      values_out[at + rank] = v;
+  const int64_t size = plan::counting_scan_chunk(int64_t{bins} * tiles, gridDim.x);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (int32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    // NB: the values are loaded first, so their loads are in flight while the warp counts.
+    ValueT v[engine::kCountChunks];
+#pragma unroll
+    for (int c = 0; c < engine::kCountChunks; ++c) {
+      const int64_t p = engine::count_position(tile, warp, c, lane);
+      v[c] = p < n ? values[p] : ValueT{};
     }
-    __syncwarp();
+    uint32_t k[engine::kCountChunks];
+    uint32_t d[engine::kCountChunks];
+    CountRows& rows = count_tile(keys, n, tile, shift, width, bins, k, d);
+    for (int b = static_cast<int>(threadIdx.x); b < bins; b += blockDim.x) {
+      const int64_t entry = int64_t{b} * tiles + tile;
+      uint32_t at = table[entry] + base[entry / size];
+      for (int w = 0; w < engine::kCountWarps; ++w) {
+        const uint32_t count = rows[w][b];
+        rows[w][b] = at;
+        at += count;
+      }
+    }
+    __syncthreads();
+    uint32_t* next = rows[warp];
+#pragma unroll
+    for (int c = 0; c < engine::kCountChunks; ++c) {
+      const uint32_t peers = __match_any_sync(0xffffffffu, d[c]);
+      const uint32_t at = d[c] != kNoBin ? next[d[c]] : 0;
+      __syncwarp();
+      const int rank = engine::peer_rank(peers, lane);
+      if (d[c] != kNoBin) {
+        if (rank == 0) next[d[c]] = at + engine::popcount32(peers);
+        keys_out[at + rank] = k[c];
+        values_out[at + rank] = v[c];
+      }
+      __syncwarp();
+    }
+    __syncthreads();
+  }
+}
+
+// The counting sort's steps first_step .. end_step - 1 (step 3p + 0, 1, 2: pass p's count, scan and scatter), a
+// block of engine::kCountWarps warps per tile, grid-stride; a grid-wide barrier between steps. With all the
+// steps in one cooperative launch its grid is all resident; a plain launch per step runs it too (one step never
+// waits at the barrier). NB: each tile's counts, each chunk's scan and each key's sorted position are functions
+// of the keys alone, whatever the grid (the chunks' bounds move with it, their sums do not).
+template <typename ValueT>
+__global__ void __launch_bounds__(kCountThreads) counting_sort_kernel(CountingArgs<ValueT> a, int first_step,
+                                                                      int end_step) {
+  for (int step = first_step; step < end_step; ++step) {
+    if (step > first_step) cooperative_groups::this_grid().sync();
+    const int pass = step / 3;
+    const int shift = pass * a.passes.width;
+    const int32_t bins = plan::counting_bins(a.num_keys, shift, a.passes.width);
+    const bool even = pass % 2 == 0;
+    if (step % 3 == 0) {
+      counting_count(even ? a.keys0 : a.keys1, a.n, a.tiles, shift, a.passes.width, bins, a.table);
+    } else if (step % 3 == 1) {
+      counting_scan(a.table, int64_t{bins} * a.tiles, a.totals);
+    } else {
+      counting_scatter<ValueT>(even ? a.keys0 : a.keys1, even ? a.values0 : a.values1, a.n, a.tiles, shift,
+                               a.passes.width, bins, a.table, a.totals, even ? a.keys1 : a.keys0,
+                               even ? a.values1 : a.values0);
+    }
+  }
+}
+
+// Runs the counting sort of (keys0, values0) on the stream: one cooperative launch of every step, its grid the
+// tiles, at most the blocks resident at once (queried once per device and value width) and
+// plan::kCountingMaxGrid; one launch per step where the device has no cooperative launch (or the stream is
+// capturing, or DETOPS_COOPERATIVE=0: cooperative_launch) or fewer blocks fit.
+// The sorted keys and values end in buffer passes % 2.
+template <typename ValueT>
+void run_counting_sort(const CountingArgs<ValueT>& args, cudaStream_t stream) {
+  const auto kernel = counting_sort_kernel<ValueT>;
+  static std::atomic<int64_t> resident[C10_COMPILE_TIME_MAX_GPUS] = {};
+  const int device = c10::cuda::current_device();
+  int64_t blocks = resident[device].load(std::memory_order_relaxed);
+  if (blocks == 0) {
+    int per_sm = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCountThreads, 0));
+    blocks = std::max<int64_t>(1, int64_t{per_sm} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+    resident[device].store(blocks, std::memory_order_relaxed);
+  }
+  const auto grid = static_cast<unsigned>(std::min({int64_t{args.tiles}, blocks, plan::kCountingMaxGrid}));
+  const int steps = 3 * args.passes.passes;
+  if (cooperative_launch(stream)) {
+    CountingArgs<ValueT> a = args;
+    int first = 0;
+    int end = steps;
+    void* params[] = {&a, &first, &end};
+    const cudaError_t launched = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid),
+                                                             dim3(kCountThreads), params, 0, stream);
+    // Fewer blocks fit than the occupancy said (the device shared, as under MPS): one launch per step instead.
+    if (launched != cudaErrorCooperativeLaunchTooLarge) {
+      C10_CUDA_CHECK(launched);
+      return;
+    }
+    (void)cudaGetLastError();
+  }
+  for (int step = 0; step < steps; ++step) {
+    kernel<<<grid, kCountThreads, 0, stream>>>(args, step, step + 1);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }
 
@@ -213,23 +368,21 @@ SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64
   bool counted = false;
   if constexpr (std::is_same_v<KeyT, uint32_t>) {
     if (layout.table_entries > 0) {
-      // NB: the counting sort is stable (counting_scatter_kernel), as the radix sort.
-      const auto* keys_in = reinterpret_cast<const uint32_t*>(ws + layout.keys[0]);
-      auto* keys_out = reinterpret_cast<uint32_t*>(ws + layout.keys[1]);
-      auto* table = reinterpret_cast<uint32_t*>(ws + layout.table);
-      const auto tiles = static_cast<int32_t>(plan::counting_tiles(n));
-      const auto bins = static_cast<int32_t>(num_keys + 1);
-      counting_count_kernel<<<tiles, engine::kCountWarps * 32, 0, stream>>>(keys_in, n, bins, tiles, table);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      C10_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws + layout.temp, bytes, table, table,
-                                                   static_cast<int32_t>(layout.table_entries),
-                                                   static_cast<cudaStream_t>(stream)));
-      auto* values_out = reinterpret_cast<ValueT*>(ws + layout.pos[1]);
-      counting_scatter_kernel<ValueT><<<tiles, engine::kCountWarps * 32, 0, stream>>>(
-          keys_in, reinterpret_cast<const ValueT*>(ws + layout.pos[0]), n, bins, tiles, table, keys_out, values_out);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      sorted = keys_out;
-      sorted_values = values_out;
+      // NB: the counting sort is stable (counting_scatter), as the radix sort.
+      const CountingArgs<ValueT> args{reinterpret_cast<uint32_t*>(ws + layout.keys[0]),
+                                      reinterpret_cast<uint32_t*>(ws + layout.keys[1]),
+                                      reinterpret_cast<ValueT*>(ws + layout.pos[0]),
+                                      reinterpret_cast<ValueT*>(ws + layout.pos[1]),
+                                      n,
+                                      num_keys,
+                                      static_cast<int32_t>(plan::counting_tiles(n)),
+                                      plan::counting_passes(num_keys),
+                                      reinterpret_cast<uint32_t*>(ws + layout.table),
+                                      reinterpret_cast<uint32_t*>(ws + layout.temp)};
+      run_counting_sort<ValueT>(args, stream);
+      const bool odd = args.passes.passes % 2 != 0;
+      sorted = odd ? args.keys1 : args.keys0;
+      sorted_values = odd ? args.values1 : args.values0;
       counted = true;
     }
   }
@@ -269,18 +422,13 @@ void check_value_bytes(int64_t key_bytes, int64_t value_bytes) {
 
 }  // namespace
 
-int64_t cub_scan_temp_bytes(int64_t items) {
-  TORCH_CHECK(items > 0 && items <= INT32_MAX, "detops: the counting sort's table takes 1 to 2^31-1 entries, got ",
-              items);
-  const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), items, int64_t{0}, -1, int64_t{0});
-  const std::lock_guard<std::mutex> lock(temp_mutex);
-  const auto it = temp_cache.find(key);
-  if (it != temp_cache.end()) return it->second;
-  size_t bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<uint32_t*>(nullptr),
-                                               static_cast<uint32_t*>(nullptr), static_cast<int32_t>(items)));
-  temp_cache.emplace(key, static_cast<int64_t>(bytes));
-  return static_cast<int64_t>(bytes);
+bool cooperative_launch(cudaStream_t stream) {
+  const char* value = std::getenv("DETOPS_COOPERATIVE");
+  if (value != nullptr && std::string_view(value) == "0") return false;
+  if (at::cuda::getCurrentDeviceProperties()->cooperativeLaunch == 0) return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture == cudaStreamCaptureStatusNone;
 }
 
 int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_bytes) {

@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(256, 4) levels_rows_kernel(Op op, const KeyT* 
 // Launches levels 1 .. levels of a plan: one cooperative launch of levels_kernel (levels_rows_kernel where
 // kRows), its grid the blocks that level 1's slots need, at most those resident at once (the kernel's
 // occupancy x multiprocessors, queried once per device); one launch per level where the device has no
-// cooperative launch or fewer blocks fit.
+// cooperative launch (or is capturing, or DETOPS_COOPERATIVE=0: cooperative_launch) or fewer blocks fit.
 template <typename acc_t, typename KeyT, typename Op, bool kRows>
 void launch_levels(const Op& op, const KeyT* keys, const int32_t* slot_first, const int32_t* slot_pos,
                    const int32_t* num_slots, int32_t max_slots, int levels, int32_t D, acc_t* scratch,
@@ -302,7 +302,7 @@ void launch_levels(const Op& op, const KeyT* keys, const int32_t* slot_first, co
   }
   const auto grid = static_cast<unsigned>(std::min<int64_t>(shape.grid.x, blocks));
   int32_t stride = 1;
-  if (at::cuda::getCurrentDeviceProperties()->cooperativeLaunch != 0) {
+  if (cooperative_launch(stream)) {
     void* args[] = {const_cast<Op*>(&op), &keys, &slot_first, &slot_pos, &num_slots, &stride, &levels, &D, &scratch};
     const cudaError_t launched = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid),
                                                              shape.block, args, 0, stream);
@@ -474,10 +474,10 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
   const int64_t value_bytes = plan::sort_value_bytes(call);
   const plan::Layout layout =
       plan::layout_for(call, single                      ? 0
-                             : plan::counting_sort(call) ? cub_scan_temp_bytes(plan::counting_table_entries(call))
+                             : plan::counting_sort(call) ? plan::kCountingTempBytes
                                                          : cub_temp_bytes(n, call.key_bytes, bits, value_bytes));
   // The call's one allocation: keys, their values (positions or contributions), the long segments' first slots,
-  // the tiles' segment starts, slot tables, scratch, the counting sort's table and CUB's temp storage.
+  // the tiles' segment starts, slot tables, scratch, the counting sort's table and the sort's temp storage.
   at::Tensor workspace = empty_scratch({layout.total}, device_options.dtype(at::kByte));
   char* ws = static_cast<char*>(workspace.data_ptr());
   if constexpr (!kChunk) {

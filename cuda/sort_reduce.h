@@ -7,6 +7,7 @@
 #include "ops/plan.h"
 
 #include <c10/core/TensorOptions.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 
@@ -21,18 +22,22 @@ struct SortedSegments {
                                         // (both null without tree levels)
 };
 
+// Whether the engine runs its multi-step kernels (the counting sort's passes, the tree's levels) on `stream` in one
+// cooperative launch: the current device has cooperative launch, the stream is not being captured into a CUDA
+// graph (a graph replays its launches cheaply, and not every driver captures a cooperative one), and the
+// environment variable DETOPS_COOPERATIVE is not "0" (read at each call; with "0" they run one launch per step,
+// the fallback that the tests run on any device). The bits are the same either way.
+bool cooperative_launch(cudaStream_t stream);
+
 // Bytes of CUB temp storage a call needs (the radix sort's), queried once per (device, n, key width, bits, value
 // width) and cached.
 int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_bytes);
-// Bytes of CUB temp storage of the counting sort's scan over `items` table entries (plan::counting_sort), cached
-// the same way.
-int64_t cub_scan_temp_bytes(int64_t items);
 
 // ws: the call's workspace, whose layout.keys[0] / layout.pos[0] hold the unsorted keys (values in
 // [0, num_keys]; num_keys marks an invalid contribution, sorted last and never written) and their values of
 // value_bytes each (plan::sort_value_bytes): source positions (4), or the contributions where the call carries
 // them (4 or 8, 32-bit keys only). Sorts (key, value) stably (by counting where layout.table_entries > 0,
-// plan::counting_sort; else by radix), gives the long segments their scratch slots (the
+// plan::counting_sort: 32-bit keys; else by CUB's radix sort), gives the long segments their scratch slots (the
 // counter at layout.num_slots zeroed by the key kernel) and the tiles their segment starts, on the current
 // stream, no host sync.
 SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes,

@@ -211,17 +211,19 @@ struct Level0Block {
   int32_t first;
 };
 
-// The stable counting sort (plan::counting_sort; the kernels in cuda/sort_reduce.cu). A block of kCountWarps warps
-// takes a tile of plan::kCountingTile contributions; warp w takes kCountChunks chunks of kBlock consecutive ones,
-// after those of warps 0 .. w-1, lane l the l-th of each chunk. Each warp counts its part per bin in its own row
-// (chunk by chunk: the lanes of a chunk that hold one key find each other, __match_any_sync on the device, and
-// the first of them adds their number); the count kernel sums a tile's rows into the table, bin-major (bin *
-// tiles + tile), whose exclusive scan gives each (bin, tile) the first sorted position of its keys. The scatter
-// kernel counts again, turns each row into the first position of the warp's keys of each bin (the tile's, plus
-// the counts of the warps before it), then walks its chunks again: a lane's position is its bin's next one plus
-// its rank among the chunk's lanes of its key, and the first of them moves the bin's next position past them.
-// NB: so equal keys keep their order across tiles (the scan), warps (the rows' prefix), chunks (in turn) and
-// lanes (the rank): the sort is stable, as the radix sort.
+// The stable counting sort (plan::counting_sort; counting_sort_kernel in cuda/sort_reduce.cu), one pass per
+// digit (plan::counting_passes), least significant first. In each pass a block of kCountWarps warps takes a tile
+// of plan::kCountingTile contributions; warp w takes kCountChunks chunks of kBlock consecutive ones, after those
+// of warps 0 .. w-1, lane l the l-th of each chunk. Each warp counts its part per bin (the pass's digit) in its
+// own row (chunk by chunk: the lanes of a chunk that hold one digit find each other, __match_any_sync on the
+// device, and the first of them adds their number); the count step sums a tile's rows into the table, bin-major
+// (bin * tiles + tile), whose exclusive scan (chunk by chunk, plan::counting_scan_chunk, then the chunks' totals)
+// gives each (bin, tile) the first sorted position of its keys. The scatter step counts again, turns each row
+// into the first position of the warp's keys of each bin (the tile's, plus the counts of the warps before it),
+// then walks its chunks again: a lane's position is its bin's next one plus its rank among the chunk's lanes of
+// its digit, and the first of them moves the bin's next position past them. NB: so equal digits keep their order
+// across tiles (the scan), warps (the rows' prefix), chunks (in turn) and lanes (the rank): each pass is stable,
+// so the sort by all the digits is stable, as the radix sort.
 constexpr int kCountWarps = 8;
 constexpr int kCountChunks = static_cast<int>(plan::kCountingTile / kCountWarps / kBlock);
 static_assert(kCountChunks * kCountWarps * kBlock == plan::kCountingTile, "a tile is whole chunks of every warp");

@@ -57,12 +57,6 @@ int64_t predicted_cub_temp_bytes(int64_t n, int64_t key_bytes, int bits) {
   return sort;
 }
 
-int64_t predicted_cub_scan_temp_bytes(int64_t items) {
-  // The look-back state of DeviceScan over 4-byte items (sm_90 tuning: tiles of 128 x 24), 8 bytes per tile and
-  // a warp's worth of padding.
-  return (ceil_div(items, 128 * 24) + 32) * 8 + kAlign;
-}
-
 Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes) {
   Layout l;
   const int64_t n = call.n;
@@ -134,8 +128,7 @@ PlanSummary plan_for(const EngineCall& call) {
   const int64_t acc = call.acc_bytes;
   const int bits = sort_bits_for(call.num_keys, kb);
   const bool counting = counting_sort(call);
-  const Layout l = layout_for(call, counting ? predicted_cub_scan_temp_bytes(counting_table_entries(call))
-                                             : predicted_cub_temp_bytes(n, kb, bits));
+  const Layout l = layout_for(call, counting ? kCountingTempBytes : predicted_cub_temp_bytes(n, kb, bits));
   s.sort_bits = bits;
   s.levels = l.levels;
   s.value_bytes = sort_value_bytes(call);
@@ -165,10 +158,11 @@ PlanSummary plan_for(const EngineCall& call) {
   s.launches += 1;
   s.bytes_moved += n * (kb + vb) + (carry ? contributions : 0);
   if (counting) {
-    // The stable counting sort: the count kernel reads the keys and writes the table, the scan reads and writes
-    // it, the scatter kernel reads the keys, their values and the table and writes both sorted.
-    s.launches += 2 + kCubScanLaunches;
-    s.bytes_moved += n * kb + 3 * l.table_entries * 4 + 2 * n * (kb + vb);
+    // The stable counting sort, one cooperative launch: per pass, the count reads the keys and writes the table,
+    // the scan reads and writes it, the scatter reads the keys, their values and the table and writes both
+    // sorted.
+    s.launches += 1;
+    s.bytes_moved += counting_passes(call.num_keys).passes * (n * kb + 3 * l.table_entries * 4 + 2 * n * (kb + vb));
   } else {
     // The stable radix sort of (key, value): a histogram read, then each pass reads and writes both.
     add(cub_radix_sort_ops(n, bits));

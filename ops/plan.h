@@ -92,27 +92,59 @@ inline int64_t sort_value_bytes(const EngineCall& call) {
   return carries_values(call) ? call.D * call.acc_bytes : 4;
 }
 
-// The stable counting sort (cuda/sort_reduce.cu, docs/engine.md step 2) in place of the radix sort, where the keys
-// take at most kCountingMaxBins values (num_keys + 1: the invalid key num_keys is a bin too), are 32-bit, and the
-// call takes the multi-block path: a count kernel (tiles of kCountingTile contributions, a table of bins x tiles
-// counts), CUB's exclusive scan of the table in place (2 launches), a scatter kernel. 4 launches and no memset,
-// where the radix sort takes 3 to 4 launches and as many memsets for 1 to 10 bits.
-constexpr int64_t kCountingMaxBins = 1024;
+// The stable counting sort (cuda/sort_reduce.cu, docs/engine.md step 2) in place of CUB's radix sort wherever the
+// keys are 32-bit and the call takes the multi-block path: least significant digit first, in 1 to
+// kCountingMaxPasses passes of at most kCountingDigitBits bits (sort_bits_for's bits split evenly), each a stable
+// counting sort by its digit: a count per tile of kCountingTile contributions into a table of bins x tiles, the
+// table's exclusive scan, a scatter. All the passes run in one cooperative launch (a grid-wide barrier between
+// the steps), one launch per step where the device has no cooperative launch. 1 launch and no memset, where the
+// radix sort takes 2 + passes launches and as many memsets for more than kCubSingleTileItems items.
+constexpr int kCountingDigitBits = 10;
+constexpr int64_t kCountingMaxBins = int64_t{1} << kCountingDigitBits;
+constexpr int kCountingMaxPasses = 4;
 constexpr int64_t kCountingTile = 4096;
+// At most this many blocks: each scans one chunk of the table, and the scatter takes the chunks' totals into
+// shared memory.
+constexpr int64_t kCountingMaxGrid = 1024;
 inline bool counting_sort(const EngineCall& call) {
   const int64_t key_bytes = call.key_bytes > 0 ? call.key_bytes : key_bytes_for(call.num_keys);
-  return call.kind == Kind::kSortReduce && !single_block(call) && call.n <= INT32_MAX && key_bytes == 4 &&
-         call.num_keys + 1 <= kCountingMaxBins;
+  return call.kind == Kind::kSortReduce && !single_block(call) && call.n <= INT32_MAX && key_bytes == 4;
 }
-// Tiles of the counting sort, and the entries of its table (bin-major: bin * tiles + tile).
+// The passes of the counting sort of keys in [0, num_keys]: pass p sorts by the digit of `width` bits at shift
+// p * width.
+struct CountingPasses {
+  int passes = 1;
+  int width = 1;
+};
+inline CountingPasses counting_passes(int64_t num_keys) {
+  const int bits = sort_bits_for(num_keys, 4);
+  const int passes = (bits + kCountingDigitBits - 1) / kCountingDigitBits;
+  return {passes, (bits + passes - 1) / passes};
+}
+// A key's digit at `shift`, and the bins of that pass: the digits keys in [0, num_keys] take (the top pass's
+// fewer than 2^width). Used by the kernels (--expt-relaxed-constexpr) and the CPU emulation of their steps.
+constexpr uint32_t counting_digit(uint32_t key, int shift, int width) {
+  return (key >> shift) & ((uint32_t{1} << width) - 1u);
+}
+constexpr int32_t counting_bins(int64_t num_keys, int shift, int width) {
+  return static_cast<int32_t>((num_keys >> shift) + 1 < (int64_t{1} << width) ? (num_keys >> shift) + 1
+                                                                               : int64_t{1} << width);
+}
+// Tiles of the counting sort, and the entries of its table (bin-major: bin * tiles + tile) in its widest pass.
 inline int64_t counting_tiles(int64_t n) {
   return (n + kCountingTile - 1) / kCountingTile;
 }
 inline int64_t counting_table_entries(const EngineCall& call) {
-  return (call.num_keys + 1) * counting_tiles(call.n);
+  const CountingPasses c = counting_passes(call.num_keys);
+  return int64_t{counting_bins(call.num_keys, 0, c.width)} * counting_tiles(call.n);
 }
-// CUB's DeviceScan (CCCL 3.0, dispatch_scan.cuh): an init kernel and a scan kernel.
-constexpr int64_t kCubScanLaunches = 2;
+// The scan of a pass's table in chunks, one per block of a grid of `grid`: chunk c holds entries [c * size,
+// (c + 1) * size), each scanned alone, and its total, whose exclusive scan over the chunks the scatter adds.
+constexpr int64_t counting_scan_chunk(int64_t entries, int64_t grid) {
+  return (entries + grid - 1) / grid;
+}
+// The counting sort's temp storage: the chunks' totals.
+constexpr int64_t kCountingTempBytes = kCountingMaxGrid * 4;
 
 // The workspace of one sort-reduce call: one allocation, carved at kAlign-aligned offsets (bytes).
 constexpr int64_t kAlign = 256;
@@ -129,8 +161,8 @@ struct Layout {
   int64_t scratch = 0;       // [max_slots * D] accumulators of the tree levels
   int64_t table = 0;         // the counting sort's [bins x tiles] uint32 counts, then first positions (counting_sort)
   int64_t table_entries = 0;
-  int64_t temp = 0;          // CUB's temp storage (multi-block path only): the radix sort's, or the counting
-                             // sort's scan's
+  int64_t temp = 0;          // the sort's temp storage (multi-block path only): CUB's radix sort's, or the counting
+                             // sort's chunk totals
   int64_t temp_bytes = 0;
   int64_t max_slots = 0;     // static bound on scratch slots: n / 16 + 1
   int levels = 0;            // tree levels above level 0 in the worst case for n
@@ -140,7 +172,6 @@ Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes);
 
 // CUB's temp storage for a call, predicted (the CUDA engine queries the real size; docs/engine.md).
 int64_t predicted_cub_temp_bytes(int64_t n, int64_t key_bytes, int bits);
-int64_t predicted_cub_scan_temp_bytes(int64_t items);
 
 // The plan of one engine call.
 PlanSummary plan_for(const EngineCall& call);

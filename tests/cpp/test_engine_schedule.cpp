@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -115,93 +116,131 @@ void window_level0(const Op& op, const KeyT* keys, const detops::engine::SortedV
   }
 }
 
-// counting_count_kernel, the table's exclusive scan and counting_scatter_kernel (cuda/sort_reduce.cu) on the CPU:
-// the tiles in a shuffled order and a tile's warps in another, each warp walking its chunks in turn as the kernels
-// do (a lane's peers: the chunk's lanes that hold its key, as __match_any_sync gives them; every lane reads its
-// bin's next position before the first of its peers moves it). Returns the sorted keys and positions.
-void counting_sort_emulated(const std::vector<uint32_t>& keys, int32_t bins, std::mt19937& rng,
+// counting_sort_kernel (cuda/sort_reduce.cu) on the CPU with a grid of `grid` blocks: per pass
+// (plan::counting_passes for keys in [0, num_keys]), the count step, the table's scan in the grid's chunks (each
+// chunk scanned alone, in a shuffled order, then the chunks' totals) and the scatter step, the tiles in a shuffled
+// order and a tile's warps in another, each warp walking its chunks in turn as the kernel does (a lane's peers:
+// the chunk's lanes that hold its digit, as __match_any_sync gives them; every lane reads its bin's next position
+// before the first of its peers moves it). Each pass reads the buffers the one before wrote. Returns the sorted
+// keys and positions.
+void counting_sort_emulated(const std::vector<uint32_t>& keys, int64_t num_keys, int64_t grid, std::mt19937& rng,
                             std::vector<uint32_t>& sorted, std::vector<int32_t>& positions) {
   namespace engine = detops::engine;
+  namespace plan = detops::plan;
   constexpr uint32_t kNoBin = 0xffffffffu;
   const auto n = static_cast<int64_t>(keys.size());
-  const auto tiles = static_cast<int32_t>(detops::plan::counting_tiles(n));
+  const auto tiles = static_cast<int32_t>(plan::counting_tiles(n));
   std::vector<int32_t> order(tiles);
   std::iota(order.begin(), order.end(), 0);
   std::vector<int> warps(engine::kCountWarps);
   std::iota(warps.begin(), warps.end(), 0);
-  // One chunk of warp w of a tile: each lane's key and peers.
-  const auto chunk = [&](int32_t tile, int w, int c, uint32_t (&k)[32], uint32_t (&peers)[32]) {
-    for (int l = 0; l < 32; ++l) {
-      const int64_t p = engine::count_position(tile, w, c, l);
-      k[l] = p < n ? keys[p] : kNoBin;
-    }
-    for (int l = 0; l < 32; ++l) {
-      peers[l] = 0;
-      for (int m = 0; m < 32; ++m) peers[l] |= k[m] == k[l] ? uint32_t{1} << m : 0u;
-    }
-  };
-  const auto count_part = [&](int32_t tile, int w, std::vector<uint32_t>& row) {
-    row.assign(bins, 0);
-    for (int c = 0; c < engine::kCountChunks; ++c) {
-      uint32_t k[32], peers[32];
-      chunk(tile, w, c, k, peers);
+  std::vector<uint32_t> in_keys = keys;
+  std::vector<int32_t> in_values(n);
+  std::iota(in_values.begin(), in_values.end(), 0);
+  const plan::CountingPasses passes = plan::counting_passes(num_keys);
+  for (int pass = 0; pass < passes.passes; ++pass) {
+    const int shift = pass * passes.width;
+    const int32_t bins = plan::counting_bins(num_keys, shift, passes.width);
+    // One chunk of warp w of a tile: each lane's key, digit and peers.
+    const auto chunk = [&](int32_t tile, int w, int c, uint32_t (&k)[32], uint32_t (&d)[32], uint32_t (&peers)[32]) {
       for (int l = 0; l < 32; ++l) {
-        if (k[l] != kNoBin && engine::peer_rank(peers[l], l) == 0) row[k[l]] += engine::popcount32(peers[l]);
+        const int64_t p = engine::count_position(tile, w, c, l);
+        k[l] = p < n ? in_keys[p] : 0u;
+        d[l] = p < n ? plan::counting_digit(k[l], shift, passes.width) : kNoBin;
+        ASSERT_TRUE(d[l] == kNoBin || d[l] < static_cast<uint32_t>(bins)) << "a digit past the pass's bins";
       }
-    }
-  };
-  std::vector<uint32_t> table(static_cast<size_t>(bins) * tiles, 0xdeadbeefu);
-  std::vector<std::vector<uint32_t>> rows(engine::kCountWarps);
-  std::shuffle(order.begin(), order.end(), rng);
-  for (const int32_t tile : order) {
-    std::shuffle(warps.begin(), warps.end(), rng);
-    for (const int w : warps) count_part(tile, w, rows[w]);
-    for (int32_t b = 0; b < bins; ++b) {
-      uint32_t total = 0;
-      for (int w = 0; w < engine::kCountWarps; ++w) total += rows[w][b];
-      table[static_cast<size_t>(b) * tiles + tile] = total;
-    }
-  }
-  uint32_t running = 0;
-  for (uint32_t& entry : table) {
-    const uint32_t count = entry;
-    entry = running;
-    running += count;
-  }
-  ASSERT_EQ(running, static_cast<uint32_t>(n));
-  sorted.assign(n, kNoBin);
-  positions.assign(n, -1);
-  std::shuffle(order.begin(), order.end(), rng);
-  for (const int32_t tile : order) {
-    std::shuffle(warps.begin(), warps.end(), rng);
-    for (const int w : warps) count_part(tile, w, rows[w]);
-    for (int32_t b = 0; b < bins; ++b) {
-      uint32_t at = table[static_cast<size_t>(b) * tiles + tile];
-      for (int w = 0; w < engine::kCountWarps; ++w) {
-        const uint32_t count = rows[w][b];
-        rows[w][b] = at;
-        at += count;
+      for (int l = 0; l < 32; ++l) {
+        peers[l] = 0;
+        for (int m = 0; m < 32; ++m) peers[l] |= d[m] == d[l] ? uint32_t{1} << m : 0u;
       }
-    }
-    std::shuffle(warps.begin(), warps.end(), rng);
-    for (const int w : warps) {
-      std::vector<uint32_t>& next = rows[w];
+    };
+    const auto count_part = [&](int32_t tile, int w, std::vector<uint32_t>& row) {
+      row.assign(bins, 0);
       for (int c = 0; c < engine::kCountChunks; ++c) {
-        uint32_t k[32], peers[32], at[32];
-        chunk(tile, w, c, k, peers);
-        for (int l = 0; l < 32; ++l) at[l] = k[l] != kNoBin ? next[k[l]] : 0;
+        uint32_t k[32], d[32], peers[32];
+        chunk(tile, w, c, k, d, peers);
         for (int l = 0; l < 32; ++l) {
-          if (k[l] == kNoBin) continue;
-          const int rank = engine::peer_rank(peers[l], l);
-          if (rank == 0) next[k[l]] = at[l] + engine::popcount32(peers[l]);
-          ASSERT_LT(at[l] + rank, static_cast<uint32_t>(n));
-          ASSERT_EQ(positions[at[l] + rank], -1) << "a sorted position written twice";
-          sorted[at[l] + rank] = k[l];
-          positions[at[l] + rank] = static_cast<int32_t>(engine::count_position(tile, w, c, l));
+          if (d[l] != kNoBin && engine::peer_rank(peers[l], l) == 0) row[d[l]] += engine::popcount32(peers[l]);
+        }
+      }
+    };
+    const int64_t entries = int64_t{bins} * tiles;
+    std::vector<uint32_t> table(entries, 0xdeadbeefu);
+    std::vector<std::vector<uint32_t>> rows(engine::kCountWarps);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const int32_t tile : order) {
+      std::shuffle(warps.begin(), warps.end(), rng);
+      for (const int w : warps) count_part(tile, w, rows[w]);
+      for (int32_t b = 0; b < bins; ++b) {
+        uint32_t total = 0;
+        for (int w = 0; w < engine::kCountWarps; ++w) total += rows[w][b];
+        table[static_cast<size_t>(b) * tiles + tile] = total;
+      }
+    }
+    // The scan step: chunk c of the grid's, alone; then the scatter's base of each chunk.
+    const int64_t size = plan::counting_scan_chunk(entries, grid);
+    std::vector<uint32_t> totals(grid, 0xdeadbeefu);
+    std::vector<int64_t> chunks(grid);
+    std::iota(chunks.begin(), chunks.end(), 0);
+    std::shuffle(chunks.begin(), chunks.end(), rng);
+    for (const int64_t c : chunks) {
+      const int64_t begin = std::min(c * size, entries);
+      const int64_t end = std::min(begin + size, entries);
+      uint32_t running = 0;
+      for (int64_t e = begin; e < end; ++e) {
+        const uint32_t count = table[e];
+        table[e] = running;
+        running += count;
+      }
+      totals[c] = running;
+    }
+    std::vector<uint32_t> base(grid);
+    uint32_t sum = 0;
+    for (int64_t c = 0; c < grid; ++c) {
+      base[c] = sum;
+      sum += totals[c];
+    }
+    ASSERT_EQ(sum, static_cast<uint32_t>(n));
+    std::vector<uint32_t> out_keys(n, kNoBin);
+    std::vector<int32_t> out_values(n, -1);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const int32_t tile : order) {
+      std::shuffle(warps.begin(), warps.end(), rng);
+      for (const int w : warps) count_part(tile, w, rows[w]);
+      for (int32_t b = 0; b < bins; ++b) {
+        const int64_t entry = int64_t{b} * tiles + tile;
+        ASSERT_LT(entry / size, grid);
+        uint32_t at = table[entry] + base[entry / size];
+        for (int w = 0; w < engine::kCountWarps; ++w) {
+          const uint32_t count = rows[w][b];
+          rows[w][b] = at;
+          at += count;
+        }
+      }
+      std::shuffle(warps.begin(), warps.end(), rng);
+      for (const int w : warps) {
+        std::vector<uint32_t>& next = rows[w];
+        for (int c = 0; c < engine::kCountChunks; ++c) {
+          uint32_t k[32], d[32], peers[32], at[32];
+          chunk(tile, w, c, k, d, peers);
+          for (int l = 0; l < 32; ++l) at[l] = d[l] != kNoBin ? next[d[l]] : 0;
+          for (int l = 0; l < 32; ++l) {
+            if (d[l] == kNoBin) continue;
+            const int rank = engine::peer_rank(peers[l], l);
+            if (rank == 0) next[d[l]] = at[l] + engine::popcount32(peers[l]);
+            ASSERT_LT(at[l] + rank, static_cast<uint32_t>(n));
+            ASSERT_EQ(out_values[at[l] + rank], -1) << "a sorted position written twice";
+            out_keys[at[l] + rank] = k[l];
+            out_values[at[l] + rank] = in_values[engine::count_position(tile, w, c, l)];
+          }
         }
       }
     }
+    in_keys.swap(out_keys);
+    in_values.swap(out_values);
   }
+  sorted = in_keys;
+  positions = in_values;
 }
 
 // Emulates the key kernel and plan_segments (the stable sort, then the heads of long segments taking their slots
@@ -565,38 +604,61 @@ TEST(EngineSchedule, BlockCountIsTheRunWithinOneBlock) {
   }
 }
 
-// Invalid contributions (key num_keys, sorted last) get no scratch slots and lead no block, so no tree level
-// can fold or finalize them, however many there are.
-// The counting sort, emulated as its kernels run it, sorts as a stable sort does: random keys over 1 to 1,024 bins,
-// in runs or not, sizes around the tiles' and chunks' edges; and it takes the calls the plan gives it.
+// The counting sort, emulated as its kernel runs it, sorts as a stable sort does: random keys over 1 to 2^32 - 1
+// values (1 to 4 passes), in runs or not, sizes around the tiles' and chunks' edges, grids of 1 block to more
+// than the chunks; and it takes the calls the plan gives it, in the passes it gives them.
 TEST(EngineSchedule, CountingSortIsAStableSort) {
   std::mt19937 rng(12);
   const std::vector<int64_t> sizes = {1, 31, 33, 4095, 4096, 4097, 9000, 20000};
-  for (int trial = 0; trial < 48; ++trial) {
+  const std::vector<int64_t> ranges = {0, 1, 2, 99, 1000, 1023, 1024, 50000, int64_t{1} << 20,
+                                       (int64_t{1} << 27) - 1, (int64_t{1} << 32) - 2};
+  const std::vector<int64_t> grids = {1, 2, 3, 7, 1024};
+  for (int trial = 0; trial < 88; ++trial) {
     const int64_t n = sizes[trial % sizes.size()];
-    const int32_t bins = std::vector<int32_t>{1, 2, 3, 100, 1001, 1024}[trial % 6];
+    const int64_t num_keys = ranges[trial % ranges.size()];
+    const int64_t grid = grids[trial % grids.size()];
     std::vector<uint32_t> keys(n);
-    std::uniform_int_distribution<uint32_t> draw(0, bins - 1);
-    for (auto& k : keys) k = draw(rng);
+    // Keys in [0, num_keys]: num_keys is the invalid contributions' key, sorted last.
+    std::uniform_int_distribution<int64_t> draw(0, num_keys);
+    for (auto& k : keys) k = static_cast<uint32_t>(trial % 3 == 2 ? draw(rng) % 37 * (num_keys / 37) : draw(rng));
     if (trial % 4 == 3) std::sort(keys.begin(), keys.end());
     std::vector<int32_t> expected(n);
     std::iota(expected.begin(), expected.end(), 0);
     std::stable_sort(expected.begin(), expected.end(), [&](int32_t a, int32_t b) { return keys[a] < keys[b]; });
     std::vector<uint32_t> sorted;
     std::vector<int32_t> positions;
-    counting_sort_emulated(keys, bins, rng, sorted, positions);
-    ASSERT_EQ(positions, expected) << "trial " << trial << ", n " << n << ", bins " << bins;
+    counting_sort_emulated(keys, num_keys, grid, rng, sorted, positions);
+    ASSERT_EQ(positions, expected) << "trial " << trial << ", n " << n << ", num_keys " << num_keys << ", grid "
+                                   << grid;
     for (int64_t p = 0; p < n; ++p) ASSERT_EQ(sorted[p], keys[expected[p]]) << p;
   }
-  using detops::plan::EngineCall;
+  namespace plan = detops::plan;
   const auto call = [](int64_t n, int64_t num_keys, int64_t key_bytes) {
-    return EngineCall{detops::plan::Kind::kSortReduce, n, num_keys, 1, 4, key_bytes};
+    return plan::EngineCall{plan::Kind::kSortReduce, n, num_keys, 1, 4, key_bytes};
   };
-  EXPECT_TRUE(detops::plan::counting_sort(call(1 << 20, 1023, 4)));
-  EXPECT_TRUE(detops::plan::counting_sort(call(1 << 20, 0, 4)));
-  EXPECT_FALSE(detops::plan::counting_sort(call(1 << 20, 1024, 4)));   // 1,025 bins with the invalid key
-  EXPECT_FALSE(detops::plan::counting_sort(call(1 << 20, 1000, 8)));   // a key chunk's 64-bit keys
-  EXPECT_FALSE(detops::plan::counting_sort(call(1000, 1000, 4)));      // the single-block path
+  EXPECT_TRUE(plan::counting_sort(call(1 << 20, 1023, 4)));
+  EXPECT_TRUE(plan::counting_sort(call(1 << 20, 0, 4)));
+  EXPECT_TRUE(plan::counting_sort(call(1 << 20, 1024, 4)));
+  EXPECT_TRUE(plan::counting_sort(call(1 << 20, (int64_t{1} << 32) - 2, 4)));
+  EXPECT_FALSE(plan::counting_sort(call(1 << 20, 1000, 8)));   // a key chunk's 64-bit keys
+  EXPECT_FALSE(plan::counting_sort(call(1000, 1000, 4)));      // the single-block path
+  // Passes of at most 10 bits, the bits split evenly: (passes, width) for 1, 10, 11, 16, 21, 27 and 32 bits.
+  const auto passes = [](int64_t num_keys) {
+    const plan::CountingPasses c = plan::counting_passes(num_keys);
+    return std::make_pair(c.passes, c.width);
+  };
+  EXPECT_EQ(passes(0), std::make_pair(1, 1));
+  EXPECT_EQ(passes(1023), std::make_pair(1, 10));
+  EXPECT_EQ(passes(1024), std::make_pair(2, 6));
+  EXPECT_EQ(passes(50000), std::make_pair(2, 8));
+  EXPECT_EQ(passes(int64_t{1} << 20), std::make_pair(3, 7));
+  EXPECT_EQ(passes((int64_t{1} << 27) - 1), std::make_pair(3, 9));
+  EXPECT_EQ(passes((int64_t{1} << 32) - 2), std::make_pair(4, 8));
+  // One pass sorts by the key itself, in num_keys + 1 bins; the top pass takes the digits num_keys reaches.
+  EXPECT_EQ(plan::counting_bins(1000, 0, 10), 1001);
+  EXPECT_EQ(plan::counting_bins(1024, 0, 6), 64);
+  EXPECT_EQ(plan::counting_bins(1024, 6, 6), 17);
+  EXPECT_EQ(plan::counting_table_entries(call(1 << 20, 1024, 4)), 64 * 256);
 }
 
 // A level's group facts against a walk over the slot tables: segments of 1 to 3,000 slots (their slots
@@ -643,6 +705,8 @@ TEST(EngineSchedule, LevelGroupCountsTheSegmentsItems) {
   }
 }
 
+// Invalid contributions (key num_keys, sorted last) get no scratch slots and lead no block, so no tree level
+// can fold or finalize them, however many there are.
 TEST(EngineSchedule, TheInvalidSegmentGetsNoSlots) {
   const int64_t num_keys = 5;
   std::vector<uint32_t> keys(40, 0u);

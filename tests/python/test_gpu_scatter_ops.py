@@ -62,6 +62,43 @@ def test_segments_finishing_at_every_level_cuda_equals_cpu(columns):
         0, index, source.double()), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("num_keys,columns", [(1000, 1), (1000, 16), (1024, 1), (1024, 2), (50_000, 2),
+                                               (50_000, 16), (1 << 20, 1), (1 << 20, 16), ((1 << 25) + 3, 1),
+                                               ((1 << 25) + 3, 2)])
+def test_counting_sort_passes_cuda_equals_cpu(num_keys, columns):
+    """The counting sort's passes (1,000 keys: one of 10 bits; 1,024: two of 6; 50,000: two of 8; 2^20: three of 7;
+    2^25 + 3: three of 9), carrying 4-byte contributions (one column), 8-byte ones (two) or the positions (16): a
+    sort that lost the source order of one key's contributions, or misplaced one, changes the bits. Every 7th
+    contribution goes to one key, so the call has long segments and levels."""
+    torch.manual_seed(num_keys % 997 + columns)
+    n = 300_000
+    index = torch.randint(0, num_keys, (n,))
+    index[::7] = num_keys - 1
+    self = torch.zeros(num_keys, columns)
+    source = torch.randn(n, columns)
+    cpu = detops_ops.index_add(self, 0, index, source)
+    assert_bitwise_equal(cpu, detops_ops.index_add(*cuda(self, 0, index, source)))
+    hot = source[index == num_keys - 1].double().sum(0)
+    torch.testing.assert_close(cpu[num_keys - 1].double(), hot, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("num_keys", [1000, 1 << 20])
+def test_one_launch_per_step_gives_the_same_bits(num_keys, monkeypatch):
+    """DETOPS_COOPERATIVE=0: the counting sort's steps and the tree's levels run one launch per step, the path of
+    a device without cooperative launch; the bits are the cooperative launch's and the CPU twin's."""
+    torch.manual_seed(17)
+    n = 1 << 20
+    index = torch.randint(0, num_keys, (n,))
+    index[::3] = 7
+    self, source = torch.zeros(num_keys, 2), torch.randn(n, 2)
+    cpu = detops_ops.index_add(self, 0, index, source)
+    together = detops_ops.index_add(*cuda(self, 0, index, source))
+    monkeypatch.setenv("DETOPS_COOPERATIVE", "0")
+    apart = detops_ops.index_add(*cuda(self, 0, index, source))
+    assert_bitwise_equal(cpu, together)
+    assert_bitwise_equal(cpu, apart)
+
+
 def test_overrides_under_the_flag_match_stock_and_repeat():
     torch.manual_seed(12)
     self, index, source = torch.randn(1000, 64, device="cuda"), torch.randint(0, 1000, (50_000,), device="cuda"), torch.randn(50_000, 64, device="cuda")

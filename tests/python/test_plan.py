@@ -19,76 +19,10 @@ SMALL_WORK = 65536
 
 # Cases (aten overload, shape) whose calls miss a target today, with why, and the most stream operations /
 # allocations any of their calls takes now: a case listed here must still miss (so the list shrinks as the work
-# lands) and must not get worse.
-# A mid-size sort-reduce call takes (docs/engine.md) key kernel 1 + the sort (CUB's onesweep radix sort: 2 +
-# passes launches and 2 + passes memsets; the counting sort for at most 1,024 bins: 4 launches) + long segments'
-# slots 1 + level 0 1 + the tree levels 1 (one cooperative launch): the counting sort's calls meet the
-# stream-operation target of 8, the radix sort's (12 to 16; 14 to 16 at the benchmark's shapes) do not.
-# Allocations (1) meet the target.
-KNOWN_MISSES = {
-    ('aten::_embedding_bag_dense_backward', 'recsys_max'): ('27-bit keys: CUB onesweep 6 launches + 6 memsets, 3 tree levels in one launch', 16, 1),
-    ('aten::_embedding_bag_dense_backward', 'recsys_sum'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::_index_put_impl_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::_index_put_impl_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::adaptive_max_pool2d_backward', 'overlap'): ('26-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels in one launch', 16, 1),
-    ('aten::adaptive_max_pool2d_backward.grad_input', 'overlap'): ('26-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels in one launch', 16, 1),
-    ('aten::adaptive_max_pool3d_backward', 'cnn3d_overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 3 tree levels in one launch', 16, 1),
-    ('aten::adaptive_max_pool3d_backward.grad_input', 'cnn3d_overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 3 tree levels in one launch', 16, 1),
-    ('aten::bincount', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::cudnn_grid_sampler_backward', 'spatial_transformer'): ('18-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::fractional_max_pool2d_backward', 'overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels in one launch', 16, 1),
-    ('aten::fractional_max_pool2d_backward.grad_input', 'overlap'): ('25-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels in one launch', 16, 1),
-    ('aten::fractional_max_pool3d_backward', 'overlap'): ('24-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::fractional_max_pool3d_backward.grad_input', 'overlap'): ('24-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::grid_sampler_2d_backward', 'bicubic_reflection'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::grid_sampler_2d_backward', 'spatial_transformer'): ('18-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::grid_sampler_3d_backward', 'volume'): ('18-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_add', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_add', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_add.out', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_add.out', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_add_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_add_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_reduce', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_reduce', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_reduce.out', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_reduce.out', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_reduce_', 'low_contention'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::index_reduce_', 'wide_rows'): ('21-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::max_pool3d_with_indices_backward', 'cnn3d_stem'): ('27-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels in one launch', 16, 1),
-    ('aten::max_pool3d_with_indices_backward.grad_input', 'cnn3d_stem'): ('27-bit keys: CUB onesweep 6 launches + 6 memsets, 4 tree levels in one launch', 16, 1),
-    ('aten::put_', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter.reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter.reduce', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter.reduce_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter.reduce_out', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter.value_reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter.value_reduce', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter.value_reduce_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter.value_reduce_out', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_.reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_.reduce', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_.value_reduce', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_.value_reduce', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_add', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_add', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_add.out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_add.out', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_add_', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_add_', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce.two', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce.two', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce.two_out', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce.two_out', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce_.two', 'low_contention'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce_.two', 'low_contention_mean'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce_.two', 'low_contention_prod'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce_.two', 'low_contention_sum'): ('23-bit keys: CUB onesweep 5 launches + 5 memsets, 4 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce_.two', 'message_passing'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce_.two', 'message_passing_mean'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce_.two', 'message_passing_prod'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-    ('aten::scatter_reduce_.two', 'message_passing_sum'): ('17-bit keys: CUB onesweep 5 launches + 5 memsets, 3 tree levels in one launch', 14, 1),
-}
+# lands) and must not get worse. None today: a mid-size sort-reduce call takes (docs/engine.md) the key kernel 1 +
+# the sort 1 (the counting sort of 32-bit keys, every pass in one cooperative launch) + the long segments' slots 1
+# + level 0 1 + the tree levels 1 (one cooperative launch): 5 stream operations and 1 allocation.
+KNOWN_MISSES = {}
 
 
 def _small(call) -> bool:
@@ -114,36 +48,38 @@ def _misses(plan: P.Plan):
 def test_model_counts_a_mid_size_call():
     s = P.summarize("sort_reduce", n=1 << 20, num_keys=50000, D=16, acc_bytes=4, key_bytes=4)
     assert s["path"] == "multi" and s["sort_bits"] == 16 and s["levels"] == 3
-    # CUB's onesweep radix sort, 2 passes of 8 bits: 2 memsets + histogram + exclusive sum, then per pass a
-    # memset and a onesweep kernel; the key kernel, the long segments' slots, level 0 and the 3 levels in one
-    # cooperative launch.
-    assert s["memsets"] == 4 and s["launches"] == 1 + 4 + 1 + 1 + 1 and s["allocations"] == 1
+    # The key kernel, the counting sort's 2 passes of 8 bits in one cooperative launch, the long segments' slots,
+    # level 0 and the 3 levels in one cooperative launch.
+    assert s["memsets"] == 0 and s["launches"] == 1 + 1 + 1 + 1 + 1 and s["allocations"] == 1
     assert s["stream_ops"] == s["launches"] + s["memsets"]
     assert s["workspace_bytes"] > (1 << 20) * 8 and s["bytes_moved"] > (1 << 20) * 16 * 4
 
 
-def test_small_key_ranges_take_the_counting_sort():
-    """At most 1,024 bins (num_keys + 1, the invalid key's included), 32-bit keys, the multi-block path: the count
-    kernel, CUB's scan of the table (2 launches), the scatter kernel; no memset. Its table of bins x tiles counts
-    is in the workspace."""
+def test_32_bit_keys_take_the_counting_sort():
+    """32-bit keys on the multi-block path: the counting sort, 1 to 4 passes of at most 10 bits in one cooperative
+    launch, no memset. Its table of bins x tiles counts (the widest pass's) and the chunks' totals are in the
+    workspace; it moves more bytes with each pass."""
     n = 1 << 20
-    radix = P.summarize("sort_reduce", n=n, num_keys=1024, D=1, acc_bytes=4, key_bytes=4)
-    assert radix["memsets"] == 4 and radix["launches"] == 1 + 4 + 1 + 1 + 1
-    for num_keys in (1023, 1000, 1):
+    for num_keys in (1, 1000, 1023, 1024, 50000, 1 << 20, (1 << 27) - 1, (1 << 32) - 2):
         s = P.summarize("sort_reduce", n=n, num_keys=num_keys, D=1, acc_bytes=4, key_bytes=4)
-        assert s["memsets"] == 0 and s["launches"] == 1 + 4 + 1 + 1 + 1 and s["allocations"] == 1, num_keys
+        assert s["memsets"] == 0 and s["launches"] == 1 + 1 + 1 + 1 + 1 and s["allocations"] == 1, num_keys
         assert s["value_bytes"] == 4
-    # Two buffers each of keys and of values, and the table.
-    table = (1023 + 1) * (n // 4096) * 4
-    counted = P.summarize("sort_reduce", n=n, num_keys=1023, D=1, acc_bytes=4, key_bytes=4)
-    assert counted["workspace_bytes"] >= 2 * n * (4 + 4) + table
-    # A key chunk's 64-bit keys and the single-block path keep their sorts.
+    # Two buffers each of keys and of values, and the table: 1,024 bins for 10 bits in one pass, 64 for the first
+    # of two passes of 6 bits.
+    tiles = n // 4096
+    one = P.summarize("sort_reduce", n=n, num_keys=1023, D=1, acc_bytes=4, key_bytes=4)
+    two = P.summarize("sort_reduce", n=n, num_keys=1024, D=1, acc_bytes=4, key_bytes=4)
+    assert one["workspace_bytes"] >= 2 * n * (4 + 4) + 1024 * tiles * 4
+    assert two["workspace_bytes"] < one["workspace_bytes"] - (1024 - 64) * tiles * 4 + 4096
+    three = P.summarize("sort_reduce", n=n, num_keys=1 << 20, D=1, acc_bytes=4, key_bytes=4)
+    assert one["bytes_moved"] < two["bytes_moved"] < three["bytes_moved"]
+    # A key chunk's 64-bit keys keep CUB's radix sort (its memsets); the single-block path keeps its sort.
     assert P.summarize("sort_reduce", n=n, num_keys=1000, D=1, acc_bytes=4, key_bytes=8)["memsets"] > 0
     assert P.summarize("sort_reduce", n=SMALL_N, num_keys=10, D=1, acc_bytes=4, key_bytes=4)["path"] == "single_block"
 
 
 def test_the_sort_carries_contributions_of_at_most_8_bytes():
-    """Where a contribution's D columns fit in 8 bytes (and keys are 32-bit), the radix sort carries them instead of
+    """Where a contribution's D columns fit in 8 bytes (and keys are 32-bit), the sort carries them instead of
     the source positions: the same stream operations, the values' bytes in the workspace, and level 0 reads them
     in sorted order instead of gathering them."""
     n = 1 << 20
