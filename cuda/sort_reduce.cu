@@ -139,21 +139,40 @@ __device__ void count_part(const uint32_t (&d)[engine::kCountChunks], int lane, 
   }
 }
 
-// The count and the scatter's first step for one tile: each warp loads its part's keys into k and their digits
-// at `shift` into d (kNoBin past n), zeroes its row of the block's counts (shared memory) and counts its part into
-// it (count_part). Returns the rows, once every warp's is done.
+// The block's counts per warp and bin (shared memory): one array for every step, so a count outlives the barrier
+// after it.
 using CountRows = uint32_t[engine::kCountWarps][plan::kCountingMaxBins];
+__device__ CountRows& count_rows() {
+  __shared__ CountRows rows;
+  return rows;
+}
+
+// The digits at `shift` of this thread's keys k of a tile's part (kNoBin past n).
+__device__ void tile_digits(int32_t n, int32_t tile, int shift, int width, const uint32_t (&k)[engine::kCountChunks],
+                            uint32_t (&d)[engine::kCountChunks]) {
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+  for (int c = 0; c < engine::kCountChunks; ++c) {
+    const int64_t p = engine::count_position(tile, warp, c, lane);
+    d[c] = p < n ? plan::counting_digit(k[c], shift, width) : kNoBin;
+  }
+}
+
+// The count and the scatter's first step for one tile: each warp loads its part's keys into k and their digits
+// at `shift` into d (tile_digits), zeroes its row of the block's counts and counts its part into it (count_part).
+// Returns the rows, once every warp's is done.
 __device__ CountRows& count_tile(const uint32_t* keys, int32_t n, int32_t tile, int shift, int width, int32_t bins,
                                  uint32_t (&k)[engine::kCountChunks], uint32_t (&d)[engine::kCountChunks]) {
-  __shared__ CountRows rows;
+  CountRows& rows = count_rows();
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
 #pragma unroll
   for (int c = 0; c < engine::kCountChunks; ++c) {
     const int64_t p = engine::count_position(tile, warp, c, lane);
     k[c] = p < n ? keys[p] : 0u;
-    d[c] = p < n ? plan::counting_digit(k[c], shift, width) : kNoBin;
   }
+  tile_digits(n, tile, shift, width, k, d);
   for (int b = lane; b < bins; b += 32) rows[warp][b] = 0;
   __syncwarp();
   count_part(d, lane, rows[warp]);
@@ -164,10 +183,10 @@ __device__ CountRows& count_tile(const uint32_t* keys, int32_t n, int32_t tile, 
 // A pass's count: each block takes tiles blockIdx.x, + gridDim.x, ...; its warps count their parts per bin
 // (count_tile), then the block sums the rows into the tile's column of the table, bin-major (table[bin * tiles +
 // tile]). NB: integer counts, exact in any order.
+// The keys of the block's last tile stay in k.
 __device__ void counting_count(const uint32_t* keys, int32_t n, int32_t tiles, int shift, int width, int32_t bins,
-                               uint32_t* table) {
+                               uint32_t* table, uint32_t (&k)[engine::kCountChunks]) {
   for (int32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    uint32_t k[engine::kCountChunks];
     uint32_t d[engine::kCountChunks];
     const CountRows& rows = count_tile(keys, n, tile, shift, width, bins, k, d);
     for (int b = static_cast<int>(threadIdx.x); b < bins; b += blockDim.x) {
@@ -218,12 +237,14 @@ __device__ void counting_scan(uint32_t* table, int64_t entries, uint32_t* totals
 // of the warp's keys of each bin (the tile's, from the scanned table plus its chunk's base, then the warps before
 // it); then each warp walks its chunks in turn: a lane's sorted position is its bin's next one plus its rank among
 // the chunk's lanes of its digit (engine::peer_rank), and the first of them moves the next position past them.
-// NB: the order of the keys of one bin is tiles, then warps, then chunks, then lanes: source order
-// (engine::count_position), so each pass is stable, and so is the sort.
+// With `counted`, the block's one tile was counted in this launch: its rows and keys (k) are still there, and the
+// warps take them instead of counting again. NB: the order of the keys of one bin is tiles, then warps, then
+// chunks, then lanes: source order (engine::count_position), so each pass is stable, and so is the sort.
 template <typename ValueT>
 __device__ void counting_scatter(const uint32_t* keys, const ValueT* values, int32_t n, int32_t tiles, int shift,
                                  int width, int32_t bins, const uint32_t* table, const uint32_t* totals,
-                                 uint32_t* keys_out, ValueT* values_out) {
+                                 uint32_t* keys_out, ValueT* values_out, bool counted,
+                                 uint32_t (&k)[engine::kCountChunks]) {
   __shared__ typename BlockScan::TempStorage storage;
   __shared__ uint32_t base[kCountThreads * kScanItems];
   {
@@ -247,9 +268,13 @@ __device__ void counting_scatter(const uint32_t* keys, const ValueT* values, int
       const int64_t p = engine::count_position(tile, warp, c, lane);
       v[c] = p < n ? values[p] : ValueT{};
     }
-    uint32_t k[engine::kCountChunks];
     uint32_t d[engine::kCountChunks];
-    CountRows& rows = count_tile(keys, n, tile, shift, width, bins, k, d);
+    if (counted) {
+      tile_digits(n, tile, shift, width, k, d);
+    } else {
+      count_tile(keys, n, tile, shift, width, bins, k, d);
+    }
+    CountRows& rows = count_rows();
     for (int b = static_cast<int>(threadIdx.x); b < bins; b += blockDim.x) {
       const int64_t entry = int64_t{b} * tiles + tile;
       uint32_t at = table[entry] + base[entry / size];
@@ -286,6 +311,10 @@ __device__ void counting_scatter(const uint32_t* keys, const ValueT* values, int
 template <typename ValueT>
 __global__ void __launch_bounds__(kCountThreads) counting_sort_kernel(CountingArgs<ValueT> a, int first_step,
                                                                       int end_step) {
+  // NB: where every block has at most one tile, a pass's scatter in the launch of its count takes the count's rows
+  // (shared memory) and keys (k) instead of counting again: the same counts.
+  const bool one_tile = a.tiles <= static_cast<int32_t>(gridDim.x);
+  uint32_t k[engine::kCountChunks];
   for (int step = first_step; step < end_step; ++step) {
     if (step > first_step) cooperative_groups::this_grid().sync();
     const int pass = step / 3;
@@ -293,13 +322,13 @@ __global__ void __launch_bounds__(kCountThreads) counting_sort_kernel(CountingAr
     const int32_t bins = plan::counting_bins(a.num_keys, shift, a.passes.width);
     const bool even = pass % 2 == 0;
     if (step % 3 == 0) {
-      counting_count(even ? a.keys0 : a.keys1, a.n, a.tiles, shift, a.passes.width, bins, a.table);
+      counting_count(even ? a.keys0 : a.keys1, a.n, a.tiles, shift, a.passes.width, bins, a.table, k);
     } else if (step % 3 == 1) {
       counting_scan(a.table, int64_t{bins} * a.tiles, a.totals);
     } else {
       counting_scatter<ValueT>(even ? a.keys0 : a.keys1, even ? a.values0 : a.values1, a.n, a.tiles, shift,
                                a.passes.width, bins, a.table, a.totals, even ? a.keys1 : a.keys0,
-                               even ? a.values1 : a.values0);
+                               even ? a.values1 : a.values0, one_tile && step - 2 >= first_step, k);
     }
   }
 }
