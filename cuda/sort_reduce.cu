@@ -342,14 +342,7 @@ template <typename ValueT>
 void run_counting_sort(const CountingArgs<ValueT>& args, cudaStream_t stream) {
   const auto kernel = counting_sort_kernel<ValueT>;
   static std::atomic<int64_t> resident[C10_COMPILE_TIME_MAX_GPUS] = {};
-  const int device = c10::cuda::current_device();
-  int64_t blocks = resident[device].load(std::memory_order_relaxed);
-  if (blocks == 0) {
-    int per_sm = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCountThreads, 0));
-    blocks = std::max<int64_t>(1, int64_t{per_sm} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
-    resident[device].store(blocks, std::memory_order_relaxed);
-  }
+  const int64_t blocks = resident_blocks(reinterpret_cast<const void*>(kernel), kCountThreads, resident);
   const auto grid = static_cast<unsigned>(std::min({int64_t{args.tiles}, blocks, plan::kCountingMaxGrid}));
   const int steps = 3 * args.passes.passes;
   if (cooperative_launch(stream)) {
@@ -450,6 +443,18 @@ void check_value_bytes(int64_t key_bytes, int64_t value_bytes) {
 }
 
 }  // namespace
+
+int64_t resident_blocks(const void* kernel, int threads, std::atomic<int64_t> (&cache)[C10_COMPILE_TIME_MAX_GPUS]) {
+  const int device = c10::cuda::current_device();
+  int64_t blocks = cache[device].load(std::memory_order_relaxed);
+  if (blocks == 0) {
+    int per_sm = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+    blocks = std::max<int64_t>(1, int64_t{per_sm} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+    cache[device].store(blocks, std::memory_order_relaxed);
+  }
+  return blocks;
+}
 
 bool cooperative_launch(cudaStream_t stream) {
   const char* value = std::getenv("DETOPS_COOPERATIVE");

@@ -290,16 +290,9 @@ void launch_levels(const Op& op, const KeyT* keys, const int32_t* slot_first, co
   }();
   const Launch2D shape = kRows ? Launch2D{dim3(static_cast<unsigned>((int64_t{max_slots} + 255) / 256)), dim3(256)}
                                : launch_2d(max_slots, D);
-  const int threads = static_cast<int>(shape.block.x * shape.block.y);
   static std::atomic<int64_t> resident[C10_COMPILE_TIME_MAX_GPUS] = {};
-  const int device = c10::cuda::current_device();
-  int64_t blocks = resident[device].load(std::memory_order_relaxed);
-  if (blocks == 0) {
-    int per_sm = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-    blocks = std::max<int64_t>(1, int64_t{per_sm} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
-    resident[device].store(blocks, std::memory_order_relaxed);
-  }
+  const int64_t blocks = resident_blocks(reinterpret_cast<const void*>(kernel),
+                                         static_cast<int>(shape.block.x * shape.block.y), resident);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(shape.grid.x, blocks));
   int32_t stride = 1;
   if (cooperative_launch(stream)) {

@@ -7,8 +7,10 @@
 #include "ops/plan.h"
 
 #include <c10/core/TensorOptions.h>
+#include <c10/cuda/CUDAMacros.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace detops::cuda {
@@ -28,6 +30,11 @@ struct SortedSegments {
 // environment variable DETOPS_COOPERATIVE is not "0" (read at each call; with "0" they run one launch per step,
 // the fallback that the tests run on any device). The bits are the same either way.
 bool cooperative_launch(cudaStream_t stream);
+
+// The blocks of `kernel` (a __global__ function, `threads` per block) resident at once on the current device:
+// its occupancy x the multiprocessors, queried once per device and cached in `cache` (one per kernel). The grid
+// of a cooperative launch is at most this.
+int64_t resident_blocks(const void* kernel, int threads, std::atomic<int64_t> (&cache)[C10_COMPILE_TIME_MAX_GPUS]);
 
 // Bytes of CUB temp storage a call needs (the radix sort's), queried once per (device, n, key width, bits, value
 // width) and cached.
