@@ -575,6 +575,21 @@ struct CompactKeysOp {
   }
 };
 
+// An op whose contributions are those of `op` at the source positions list[0], list[1], ... (one thread's part,
+// in source order), forwarding everything else to the original op.
+template <typename Op>
+struct ListedOp {
+  using Combine = combine_of_t<Op>;
+  const Op& op;
+  const int32_t* list;
+
+  auto contribution(int64_t j, int64_t c) const { return op.contribution(list[j], c); }
+  template <typename acc_t>
+  void finalize(int64_t k, int64_t c, acc_t total) const {
+    op.finalize(k, c, total);
+  }
+};
+
 // Work below this many (contribution, column) pairs runs on the calling thread alone.
 constexpr int64_t kParallelGrain = 1 << 16;
 
@@ -622,8 +637,20 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
       const int64_t lo = num_keys * p / parts, hi = num_keys * (p + 1) / parts;
       if (lo == hi) continue;
       if (D == 1) {
-        ColumnReducer<acc_t, Op> r(op, lo, hi - lo, n);
-        r.run(n, [&](int64_t i) { return (keys[i] >= lo && keys[i] < hi) ? keys[i] - lo : int64_t{-1}; });
+        // The part's contributions listed first, in source order, without a branch on the keys, then reduced from
+        // the list: a pass over every contribution that skipped the other parts' took a branch on each that random
+        // keys make unpredictable (6x stock's time for 256K of them on 2 threads, 3x with the list:
+        // bench/RESULTS.md). NB: each key's contributions keep their source order.
+        Scratch list_scratch(static_cast<size_t>(n) * sizeof(int32_t));
+        int32_t* list = list_scratch.as<int32_t>();
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          list[m] = static_cast<int32_t>(i);
+          m += static_cast<int64_t>(keys[i] >= lo && keys[i] < hi);
+        }
+        const ListedOp<Op> listed{op, list};
+        ColumnReducer<acc_t, ListedOp<Op>> r(listed, lo, hi - lo, m);
+        r.run(m, [&](int64_t j) { return keys[list[j]] - lo; });
         r.finish();
       } else {
         Scratch rel_scratch(static_cast<size_t>(n) * sizeof(int64_t));
