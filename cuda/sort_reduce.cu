@@ -78,8 +78,9 @@ struct WarpLanes {
 // tree (the bits); each tile's start is written once, by one of the two steps.
 template <typename KeyT>
 __global__ void long_segments_kernel(const KeyT* keys, int32_t n, int64_t num_keys, int32_t* seg_first,
-                                     int32_t* tile_start, int32_t* num_slots) {
+                                     int32_t* tile_start, int32_t* num_slots, const int32_t* gate) {
   static_assert(kBlock == 32, "a tile is a warp");
+  if (gated_off(gate)) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t p64 = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const int64_t first = p64 - lane;
@@ -113,7 +114,7 @@ static_assert(kCountThreads * kScanItems >= plan::kCountingMaxGrid, "one round s
 using BlockScan = cub::BlockScan<uint32_t, kCountThreads>;
 
 // The counting sort's arguments: its double buffers (pass p reads buffer p % 2 and writes the other), its passes,
-// the table and the scan chunks' totals (plan::kCountingMaxGrid).
+// the table, the scan chunks' totals (plan::kCountingMaxGrid) and the call's gate (null without).
 template <typename ValueT>
 struct CountingArgs {
   uint32_t* keys0;
@@ -126,6 +127,7 @@ struct CountingArgs {
   plan::CountingPasses passes;
   uint32_t* table;
   uint32_t* totals;
+  const int32_t* gate;
 };
 
 // One warp's count of its part of a tile (digits d, one per chunk, kNoBin past n) per bin, into its row of shared
@@ -311,6 +313,7 @@ __device__ void counting_scatter(const uint32_t* keys, const ValueT* values, int
 template <typename ValueT>
 __global__ void __launch_bounds__(kCountThreads) counting_sort_kernel(CountingArgs<ValueT> a, int first_step,
                                                                       int end_step) {
+  if (gated_off(a.gate)) return;  // every block: none waits at a barrier
   // NB: where every block has at most one tile, a pass's scatter in the launch of its count takes the count's rows
   // (shared memory) and keys (k) instead of counting again: the same counts.
   const bool one_tile = a.tiles <= static_cast<int32_t>(gridDim.x);
@@ -381,7 +384,7 @@ int64_t query_temp_bytes(int32_t n, int bits) {
 // ValueT: int32_t for source positions and 4-byte contributions (their bits: the sort only moves them),
 // uint64_t for 8-byte contributions.
 template <typename KeyT, typename ValueT>
-SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys) {
+SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, const int32_t* gate) {
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int bits = plan::sort_bits_for(num_keys, sizeof(KeyT));
   const KeyT* sorted = nullptr;
@@ -400,7 +403,8 @@ SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64
                                       static_cast<int32_t>(plan::counting_tiles(n)),
                                       plan::counting_passes(num_keys),
                                       reinterpret_cast<uint32_t*>(ws + layout.table),
-                                      reinterpret_cast<uint32_t*>(ws + layout.temp)};
+                                      reinterpret_cast<uint32_t*>(ws + layout.temp),
+                                      gate};
       run_counting_sort<ValueT>(args, stream);
       const bool odd = args.passes.passes % 2 != 0;
       sorted = odd ? args.keys1 : args.keys0;
@@ -409,6 +413,7 @@ SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64
     }
   }
   if (!counted) {
+    TORCH_INTERNAL_ASSERT(gate == nullptr, "detops: a gated engine call must not take CUB's sort");
     // NB: radix sort is stable, so equal keys keep source order. Sort only the bits num_keys needs.
     cub::DoubleBuffer<KeyT> keys(reinterpret_cast<KeyT*>(ws + layout.keys[0]),
                                  reinterpret_cast<KeyT*>(ws + layout.keys[1]));
@@ -430,7 +435,7 @@ SortedSegments plan_typed(char* ws, const plan::Layout& layout, int32_t n, int64
     tile_start = reinterpret_cast<int32_t*>(ws + layout.tile_start);
     const auto blocks = static_cast<unsigned>((int64_t{n} + 255) / 256);
     long_segments_kernel<KeyT><<<blocks, 256, 0, stream>>>(sorted, n, num_keys, seg_first, tile_start,
-                                                           reinterpret_cast<int32_t*>(ws + layout.num_slots));
+                                                           reinterpret_cast<int32_t*>(ws + layout.num_slots), gate);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {sorted, sorted_values, seg_first, tile_start};
@@ -480,12 +485,12 @@ int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_byt
 }
 
 SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes,
-                             int64_t value_bytes) {
+                             int64_t value_bytes, const int32_t* gate) {
   TORCH_CHECK(n > 0, "detops: the sort-reduce engine's plan needs at least one contribution");
   check_value_bytes(key_bytes, value_bytes);
-  if (key_bytes == 8) return plan_typed<uint64_t, int32_t>(ws, layout, n, num_keys);
-  if (value_bytes == 8) return plan_typed<uint32_t, uint64_t>(ws, layout, n, num_keys);
-  return plan_typed<uint32_t, int32_t>(ws, layout, n, num_keys);
+  if (key_bytes == 8) return plan_typed<uint64_t, int32_t>(ws, layout, n, num_keys, gate);
+  if (value_bytes == 8) return plan_typed<uint32_t, uint64_t>(ws, layout, n, num_keys, gate);
+  return plan_typed<uint32_t, int32_t>(ws, layout, n, num_keys, gate);
 }
 
 void select_chunk_positions(const uint32_t* mask, int64_t n, int64_t* pos, const at::TensorOptions& device_options) {

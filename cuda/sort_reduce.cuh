@@ -82,6 +82,7 @@ constexpr int kKeyItems = 4;
 template <typename acc_t, typename KeyT, typename Op>
 __global__ void make_keys_kernel(Op op, int32_t n, int64_t num_keys, int32_t D, KeyT* keys, int32_t* positions,
                                  acc_t* values, int32_t* num_slots) {
+  if (gated_off(gate_of(op))) return;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x * kKeyItems + threadIdx.x;
   int64_t k[kKeyItems];
 #pragma unroll
@@ -139,6 +140,7 @@ __global__ void __launch_bounds__(256, 4) level0_kernel(Op op, const KeyT* keys,
                                                      const int32_t* tile_start, int32_t n, int64_t num_keys,
                                                      int32_t D, acc_t* scratch, int32_t* slot_first,
                                                      int32_t* slot_pos) {
+  if (gated_off(gate_of(op))) return;
   const int64_t p64 = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   if (p64 >= n) return;
   const int32_t p = static_cast<int32_t>(p64);
@@ -165,6 +167,7 @@ __global__ void __launch_bounds__(engine::kWindow, 4) level0_window_kernel(Op op
                                                                             int64_t num_keys, int32_t D,
                                                                             acc_t* scratch, int32_t* slot_first,
                                                                             int32_t* slot_pos) {
+  if (gated_off(gate_of(op))) return;
   static_assert(sizeof(acc_t) <= engine::kWindowValueBytes, "a window position holds at most 8 bytes");
   __shared__ KeyT wkeys[engine::kWindowKeys];
   __shared__ alignas(8) unsigned char wraw[engine::kWindowValues * engine::kWindowValueBytes];
@@ -191,6 +194,7 @@ __global__ void __launch_bounds__(256, 4) level0_rows_kernel(Op op, const KeyT* 
                                                           const int32_t* seg_first, const int32_t* tile_start,
                                                           int32_t n, int64_t num_keys, int32_t D, acc_t* scratch,
                                                           int32_t* slot_first, int32_t* slot_pos) {
+  if (gated_off(gate_of(op))) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t tile = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32 * 32;
   if (tile >= n) return;  // whole warps: tile is the same for every lane
@@ -224,6 +228,7 @@ template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(256, 4) levels_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
                                                      const int32_t* slot_pos, const int32_t* num_slots,
                                                      int32_t stride, int levels, int32_t D, acc_t* scratch) {
+  if (gated_off(gate_of(op))) return;
   const int32_t total = *num_slots;
   const int64_t step = int64_t{gridDim.x} * blockDim.y;
   for (int level = 0; level < levels && stride < total; ++level, stride *= kBlock) {
@@ -248,6 +253,7 @@ template <typename acc_t, typename KeyT, typename Op>
 __global__ void __launch_bounds__(256, 4) levels_rows_kernel(Op op, const KeyT* keys, const int32_t* slot_first,
                                                           const int32_t* slot_pos, const int32_t* num_slots,
                                                           int32_t stride, int levels, int32_t D, acc_t* scratch) {
+  if (gated_off(gate_of(op))) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int32_t total = *num_slots;
   const int64_t step = int64_t{gridDim.x} * blockDim.x;
@@ -368,7 +374,9 @@ void reduce_plan(const Op& op, char* ws, const plan::Layout& layout, const Sorte
 
 // The engine's entry for one call of op `name`. Op provides key(i) (-1 if invalid, kSkipKey to drop the
 // contribution), contribution(i, c) and finalize(key, c, acc) as __host__ __device__ members over device
-// pointers, and optionally a Combine type (default AddRn, combine_of_t in ops/contract.h). Current stream, no sync.
+// pointers, and optionally a Combine type (default AddRn, combine_of_t in ops/contract.h) and a gate (gate_of: every
+// kernel of the call returns at once while it is 0; 32-bit keys and at most 2^31 - 1 contributions, where no CUB
+// sort runs). Current stream, no sync.
 // Positions are 32-bit: a call of 2^31 or more contributions runs in key chunks (cuda/chunked.cuh).
 // The single-block path: one block of kSingleBlockThreads runs the whole call (plan::single_block). Each thread
 // computes the keys of kSingleBlockItems consecutive contributions; cub::BlockRadixSort sorts (key, position)
@@ -383,6 +391,7 @@ __global__ void __launch_bounds__(plan::kSingleBlockThreads, 2)
     single_block_kernel(Op op, int32_t n, int64_t num_keys, int bits, int32_t D, KeyT* keys, int32_t* perm,
                         int32_t* seg_first, int32_t* tile_start, int32_t* slot_first, int32_t* slot_pos,
                         int32_t* num_slots, int32_t max_slots, int levels, acc_t* scratch) {
+  if (gated_off(gate_of(op))) return;
   constexpr int kThreads = static_cast<int>(plan::kSingleBlockThreads);
   constexpr int kItems = static_cast<int>(plan::kSingleBlockItems);
   using Sort = CUB_NS_QUALIFIER::BlockRadixSort<KeyT, kThreads, kItems, int32_t>;
@@ -465,6 +474,10 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
   TORCH_INTERNAL_ASSERT(!carry || D <= engine::kMaxCarriedColumns, name, "(): a carried contribution of ", D,
                         " columns");
   const int64_t value_bytes = plan::sort_value_bytes(call);
+  // NB: a gated call runs only kernels of ours, each of which reads the gate: the single block or the counting sort.
+  const int32_t* gate = gate_of(op);
+  TORCH_INTERNAL_ASSERT(gate == nullptr || single || plan::counting_sort(call), name,
+                        "(): a gated engine call must not take CUB's sort");
   const plan::Layout layout =
       plan::layout_for(call, single                      ? 0
                              : plan::counting_sort(call) ? plan::kCountingTempBytes
@@ -508,7 +521,7 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
         layout.levels > 0 ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const SortedSegments sorted =
-        plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes, value_bytes);
+        plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes, value_bytes, gate);
     if constexpr (!kChunk && std::is_same_v<KeyT, uint32_t>) {
       if (carry) {
         const engine::SortedValues<acc_t> src{static_cast<const acc_t*>(sorted.values)};
@@ -533,7 +546,9 @@ template <typename acc_t, typename Op>
 void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                  const at::TensorOptions& device_options) {
   if (n == 0 || D == 0) return;
-  // NB: larger calls run in key chunks that keep the contract.
+  // NB: larger calls run in key chunks that keep the contract (never gated: their compaction is CUB's).
+  TORCH_INTERNAL_ASSERT(gate_of(op) == nullptr || n <= kMaxContributions, name, "(): a gated call of ", n,
+                        " contributions");
   if (n > kMaxContributions) return sort_reduce_in_chunks<acc_t>(name, op, n, num_keys, D, device_options);
   sort_reduce_plan<acc_t, false>(name, op, n, num_keys, D, device_options);
 }

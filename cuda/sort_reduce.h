@@ -46,9 +46,10 @@ int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_byt
 // them (4 or 8, 32-bit keys only). Sorts (key, value) stably (by counting where layout.table_entries > 0,
 // plan::counting_sort: 32-bit keys; else by CUB's radix sort), gives the long segments their scratch slots (the
 // counter at layout.num_slots zeroed by the key kernel) and the tiles their segment starts, on the current
-// stream, no host sync.
+// stream, no host sync. With a gate (not null; the counting sort only) every kernel returns at once while *gate is
+// 0 (gate_of, ops/contract.h).
 SortedSegments plan_segments(char* ws, const plan::Layout& layout, int32_t n, int64_t num_keys, int64_t key_bytes,
-                             int64_t value_bytes);
+                             int64_t value_bytes, const int32_t* gate = nullptr);
 
 // A key chunk's compaction (cuda/chunked.cuh): writes to pos, in increasing order, the positions i < n whose
 // bit (i % 32) of mask[i / 32] is set, on the current stream. NB: stable, so each destination's contributions

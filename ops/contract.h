@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 namespace detops {
 
@@ -22,6 +23,25 @@ constexpr int64_t kSkipKey = INT64_MIN;
 
 template <typename scalar_t>
 using acc_type = at::opmath_type<scalar_t>;
+
+// A sort-reduce op may carry a gate, a member `const int32_t* gate`: its engine call then does nothing while
+// *gate is 0, read on the device by every kernel of the call (no host synchronisation). The max pools' gather
+// (ops/pooling_op.h) sets it where the engine must recompute. gate_of(op) is the gate, or null.
+template <typename Op, typename = void>
+struct HasGate : std::false_type {};
+template <typename Op>
+struct HasGate<Op, std::void_t<decltype(std::declval<const Op&>().gate)>> : std::true_type {};
+template <typename Op>
+C10_HOST_DEVICE inline const int32_t* gate_of(const Op& op) {
+  if constexpr (HasGate<Op>::value) {
+    return op.gate;
+  } else {
+    return nullptr;
+  }
+}
+C10_HOST_DEVICE inline bool gated_off(const int32_t* gate) {
+  return gate != nullptr && *gate == 0;
+}
 
 // Floating-point operations rounded on their own. NB: on the device the _rn intrinsics are never
 // contracted into FMA; on the host the files are compiled with -ffp-contract=off.

@@ -190,6 +190,10 @@ bool record(const EngineCall& call) {
   return recorder.plan_only;
 }
 
+bool recording() {
+  return recorder.on;
+}
+
 bool plan_only() {
   return recorder.on && recorder.plan_only;
 }

@@ -181,6 +181,8 @@ PlanSummary plan_for(const EngineCall& call);
 // reductions do not. for_each still runs (an op's host code may read what it wrote: median sorts its keys).
 // record() returns true when the caller may skip its work (plan-only mode).
 bool record(const EngineCall& call);
+// Whether this thread records (for host code that computes a call only to record it).
+bool recording();
 void start_recording(bool plan_only);
 std::vector<EngineCall> stop_recording();
 

@@ -666,11 +666,12 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
 
 // Op provides: key(i) -> destination in [0, num_keys) (already validated by the front end) or kSkipKey
 // (dropped), contribution(i, c) -> acc_t, finalize(key, c, acc_t), and optionally a Combine type (default
-// AddRn, combine_of_t in ops/contract.h). i is the source position, c a column of D. finalize is called once
-// per (key, column) that received at least one contribution, after all of that key's contributions.
+// AddRn, combine_of_t in ops/contract.h) and a gate (gate_of, ops/contract.h: nothing is done while it is 0). i
+// is the source position, c a column of D. finalize is called once per (key, column) that received at least one
+// contribution, after all of that key's contributions.
 template <typename acc_t, typename Op>
 void sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
-  if (n == 0 || D == 0 || num_keys <= 0) return;
+  if (n == 0 || D == 0 || num_keys <= 0 || gated_off(gate_of(op))) return;
   if (n >= int64_t{INT32_MAX}) {  // per-key counts and slots are 31-bit
     reference_sort_reduce<acc_t>(op, n, num_keys, D);
     return;
