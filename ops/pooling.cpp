@@ -21,6 +21,7 @@ namespace {
 struct PoolShape {
   int64_t planes = 1;
   PoolDims dims{};
+  MaxBox box = MaxBox::kAdaptive;  // max pools: how the windows are placed (dims.kernel, stride, pad for kWindow)
   int64_t input_plane() const { return dims.isize[0] * dims.isize[1] * dims.isize[2]; }
   int64_t output_plane() const { return dims.osize[0] * dims.osize[1] * dims.osize[2]; }
 };
@@ -111,7 +112,19 @@ at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, cons
   const at::Tensor idx = indices.contiguous();
   const bool direct =
       can_take(into, self, self.sizes(), at::MemoryFormat::Contiguous, {grad_output, self, indices});
+  const MaxPoolBoxes boxes{s.box, s.dims};
   if (self.is_cuda()) {
+    const MaxPoolTables t = build_max_pool_tables(boxes.kind, boxes.dims);
+    bool gathers = false;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "detops_max_pool_backward",
+                                    [&] { gathers = max_pool_gathers<scalar_t>(t, self, go); });
+    if (gathers) {
+      // The gather writes every element; the engine's gated call then rewrites the selected ones where some index
+      // lies outside its box.
+      at::Tensor grad_in = direct ? *into : at::empty(self.sizes(), options);
+      cuda::max_pool_gather_backward_kernel(op_name, grad_in, go, idx, boxes, t);
+      return direct ? grad_in : in_format(self, grad_in, keep_format);
+    }
     // The engine writes only the elements some output selects: the rest are zeros, filled first. NB: a bad index
     // raises on the host above in strict mode, else asserts on the device (the context is then lost, whatever
     // grad_input holds).
@@ -123,11 +136,12 @@ at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, cons
   // (ops/plan.h) the CPU path does not run, so they are checked here.
   if (direct || plan::plan_only()) check_max_index_values(op_name, idx, s.input_plane());
   at::Tensor grad_in = direct ? *into : at::empty(self.sizes(), options);
-  if (!max_pool_backward_cpu(grad_in, go, idx, s.output_plane(), s.input_plane())) {
+  if (!max_pool_backward_cpu(grad_in, go, idx, s.output_plane(), s.input_plane(), &boxes)) {
     // NB: a bad index raises here; an element selected more than kBlock times takes the sort-reduce
     // engine, the general form of the same tree.
     check_max_index_values(op_name, idx, s.input_plane());
     grad_in.zero_();
+    record_max_pool_gather(&boxes, grad_in, go);
     max_pool_backward_compute<cpu::Engine>(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
   }
   return direct ? grad_in : in_format(self, grad_in, keep_format);
@@ -194,7 +208,11 @@ PoolShape check_max_pool3d(const at::Tensor& grad_output, const at::Tensor& self
     dl[i] = pick(dilation, i);
     TORCH_CHECK(st[i] > 0, kMax3d, "(): stride should be greater than zero, but got ", stride);
     out[i] = at::native::pooling_output_shape<int64_t>(s.dims.isize[i], k[i], p[i], st[i], dl[i], ceil_mode);
+    s.dims.kernel[i] = (k[i] - 1) * dl[i] + 1;  // the extent of a dilated window: the gather's boxes
+    s.dims.stride[i] = st[i];
+    s.dims.pad[i] = p[i];
   }
+  s.box = MaxBox::kWindow;
   const auto i32 = [](int64_t v) { return static_cast<int>(v); };
   at::native::max_pool3d_backward_shape_check(self, grad_output, indices, self.size(-4), i32(k[0]), i32(k[1]),
                                               i32(k[2]), i32(st[0]), i32(st[1]), i32(st[2]), i32(p[0]), i32(p[1]),
@@ -213,7 +231,9 @@ PoolShape check_fractional(const char* op, const at::Tensor& grad_output, const 
   for (int k = 0; k < nspatial; ++k) {
     TORCH_CHECK(s.dims.osize[3 - nspatial + k] == output_size[k], op, "(): grad_output sizes ", grad_output.sizes(),
                 " do not match output_size ", output_size);
+    s.dims.kernel[3 - nspatial + k] = kernel_size[k];
   }
+  s.box = MaxBox::kFractional;
   return s;
 }
 

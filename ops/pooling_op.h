@@ -7,12 +7,17 @@
 //   StreamingTree, the contract's tree fed one value at a time.
 // - Max pools (adaptive max 2d/3d, fractional max 2d/3d, max_pool3d_with_indices) run the sort-reduce
 //   engine: output element i sends grad_output[i] to key plane * input_plane_size + indices[i]; the stable
-//   sort keeps ascending output position within each key, so it is the same order and the same tree.
+//   sort keeps ascending output position within each key, so it is the same order and the same tree. On CUDA a
+//   gather comes first where it can (MaxPoolGatherOp): each input element walks the outputs whose box covers it
+//   and folds those whose index selects it; the engine then runs gated, recomputing only where some index lies
+//   outside its output's box.
 // Planes are contiguous [planes, T, H, W] (2-D ops use T = 1). The starting value is 0, so an input
 // element with contributions gets round_to(0 + S), one with none gets 0.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "ops/contract.h"
 #include "ops/index_math.h"
@@ -192,9 +197,10 @@ struct MaxPoolBackwardOp {
   using acc_t = acc_type<scalar_t>;
   const scalar_t* grad_out;  // contiguous [planes, output_plane]
   const int64_t* indices;    // contiguous, same shape
-  scalar_t* grad_in;         // contiguous [planes, input_plane], zero-filled
+  scalar_t* grad_in;         // contiguous [planes, input_plane], zero-filled or written by MaxPoolGatherOp
   int64_t output_plane;
   int64_t input_plane;
+  const int32_t* gate = nullptr;  // after MaxPoolGatherOp: its flag (the call does nothing while it is 0)
 
   C10_HOST_DEVICE int64_t key(int64_t i) const {
     const int64_t k = indices[i];
@@ -203,6 +209,196 @@ struct MaxPoolBackwardOp {
   C10_HOST_DEVICE acc_t contribution(int64_t i, int64_t) const { return to_acc(grad_out[i]); }
   C10_HOST_DEVICE void finalize(int64_t key, int64_t, acc_t total) const {
     grad_in[key] = round_to<scalar_t>(add_rn(acc_t(0), total));
+  }
+};
+
+// Max pools as a gather. The box of output o along dimension k is the range of inputs [lo, hi) its index may
+// select there, both bounds non-decreasing in o: stock's window for the adaptive pools, the dilated window's extent
+// for max_pool3d, and for the fractional pools, whose windows follow the forward's random samples (unknown to the
+// backward), the windows the forward picks: stock's start floor((o + u) * a) - floor(u * a), a = (I - P) / (O - 1),
+// u in [0, 1), is q = floor(o * a) or q + 1 in exact arithmetic, so the box is [q, q + P + 1). Float rounding moves
+// a start one further only where (o + u) * a or u * a and o * a all lie within a rounding of an integer (never in 2M
+// planes of uniform samples, docs/pooling.md); an index in such a window opens the gate (MaxPoolGatherOp): the
+// engine's bits, at its cost. Clipped to the input.
+enum class MaxBox : int { kAdaptive = 0, kWindow = 1, kFractional = 2 };
+
+// dims: isize, osize; kWindow: kernel (the dilated extent (K - 1) * dilation + 1), stride, pad; kFractional:
+// kernel (the pool size).
+inline void max_pool_box(MaxBox kind, const PoolDims& d, int k, int64_t o, int64_t& lo, int64_t& hi) {
+  const int64_t in = d.isize[k];
+  const int64_t out = d.osize[k];
+  if (kind == MaxBox::kAdaptive) {
+    lo = o * in / out;
+    hi = ((o + 1) * in + out - 1) / out;
+  } else if (kind == MaxBox::kWindow) {
+    lo = o * d.stride[k] - d.pad[k];
+    hi = lo + d.kernel[k];
+  } else {
+    const int64_t q = out > 1 ? o * (in - d.kernel[k]) / (out - 1) : in - d.kernel[k];
+    lo = q;
+    hi = q + 1 + d.kernel[k];
+  }
+  lo = lo < 0 ? 0 : lo;
+  hi = hi > in ? in : hi;
+}
+
+// The gather's tables, host side: word 0 the gate (0; MaxPoolGatherOp sets it), then per dimension k the boxes of
+// the outputs (box_lo, box_hi: osize[k] words each) and, for each input position, the outputs whose boxes cover it
+// (run_lo, run_hi: isize[k] words each; consecutive, as both box bounds grow with o).
+struct MaxPoolTables {
+  std::vector<int64_t> words;
+  int64_t box_at[3] = {0, 0, 0};
+  int64_t run_at[3] = {0, 0, 0};
+  int64_t most = 1;     // the most outputs whose boxes cover one input element (the per-dimension maxima's product)
+  bool usable = true;   // every box holds an input (else an index of that output selects nothing the gather sees)
+};
+
+inline MaxPoolTables build_max_pool_tables(MaxBox kind, const PoolDims& d) {
+  MaxPoolTables t;
+  t.words.push_back(0);
+  for (int k = 0; k < 3; ++k) {
+    const int64_t out = d.osize[k];
+    const int64_t in = d.isize[k];
+    // NB: stock's fractional backward never reads kernel_size, so any value may come: one outside [1, in] (or an
+    // empty side) places no box.
+    if (out < 1 || in < 1 || (kind == MaxBox::kFractional && (d.kernel[k] < 1 || d.kernel[k] > in))) {
+      t.usable = false;
+      return t;
+    }
+    t.box_at[k] = static_cast<int64_t>(t.words.size());
+    t.words.resize(static_cast<size_t>(t.box_at[k] + 2 * out));
+    int64_t* box_lo = t.words.data() + t.box_at[k];
+    int64_t* box_hi = box_lo + out;
+    for (int64_t o = 0; o < out; ++o) {
+      max_pool_box(kind, d, k, o, box_lo[o], box_hi[o]);
+      t.usable = t.usable && box_lo[o] < box_hi[o];
+    }
+    t.run_at[k] = static_cast<int64_t>(t.words.size());
+    t.words.resize(static_cast<size_t>(t.run_at[k] + 2 * in));
+    box_lo = t.words.data() + t.box_at[k];
+    box_hi = box_lo + out;
+    int64_t* run_lo = t.words.data() + t.run_at[k];
+    int64_t* run_hi = run_lo + in;
+    int64_t first = 0, end = 0, widest = 0;
+    for (int64_t i = 0; i < in; ++i) {
+      while (first < out && box_hi[first] <= i) ++first;
+      while (end < out && box_lo[end] <= i) ++end;
+      run_lo[i] = first;
+      run_hi[i] = end > first ? end : first;
+      widest = std::max(widest, run_hi[i] - run_lo[i]);
+    }
+    t.most *= widest;
+  }
+  return t;
+}
+
+// Sets a gate: one thread or many, the same word.
+C10_HOST_DEVICE inline void raise_gate(int32_t* gate) {
+#if defined(__CUDA_ARCH__)
+  atomicExch(gate, 1);
+#else
+  __atomic_store_n(gate, 1, __ATOMIC_RELAXED);
+#endif
+}
+
+// One grad_input element per call (docs/pooling.md): the outputs whose boxes cover it, in ascending position,
+// those whose index selects it folded with the contract's tree (BlockFold, or StreamingTree where more than kBlock
+// select it: a second walk; kBounded: the host knows no element has more than kBlock candidates), rounded once. Where
+// every index lies in its output's box, that is the engine's sequence for the element, so its bits. The element at
+// the first corner of an output's box checks that output's index against the box and raises the gate if it lies
+// outside, or outside the plane: the engine's gated call then recomputes every selected element (those nobody
+// selects are 0 either way). index_t: int32_t where every size and position fits.
+template <typename scalar_t, typename index_t, bool kBounded>
+struct MaxPoolGatherOp {
+  using acc_t = acc_type<scalar_t>;
+  using index_type = index_t;
+  const scalar_t* grad_out;  // contiguous [planes, OT, OH, OW]
+  const int64_t* indices;    // contiguous, the same shape
+  scalar_t* grad_in;         // contiguous [planes, IT, IH, IW]
+  const int64_t* box_lo[3];
+  const int64_t* box_hi[3];
+  const int64_t* run_lo[3];
+  const int64_t* run_hi[3];
+  index_t isize[3];
+  index_t osize[3];
+  index_t input_plane;
+  index_t output_plane;
+  Divider<index_t> by_in[3];  // isize[k]
+  int32_t* gate;
+
+  // Whether index v of output (ot, oh, ow) lies in the plane and in the output's box.
+  C10_HOST_DEVICE bool in_box(int64_t v, index_t ot, index_t oh, index_t ow) const {
+    if (v < 0 || v >= input_plane) return false;
+    index_t rest, j[3];
+    by_in[2].divmod(static_cast<index_t>(v), rest, j[2]);
+    by_in[1].divmod(rest, j[0], j[1]);
+    const index_t o[3] = {ot, oh, ow};
+    bool in = true;
+    DETOPS_UNROLL
+    for (int k = 0; k < 3; ++k) in = in && j[k] >= box_lo[k][o[k]] && j[k] < box_hi[k][o[k]];
+    return in;
+  }
+
+  template <typename Acc>
+  C10_HOST_DEVICE void fold(const index_t* lo, const index_t* hi, const int64_t* ind, const scalar_t* g, index_t self,
+                            Acc& acc) const {
+    for (index_t ot = lo[0]; ot < hi[0]; ++ot) {
+      for (index_t oh = lo[1]; oh < hi[1]; ++oh) {
+        const index_t row = (ot * osize[1] + oh) * osize[2];
+        for (index_t ow = lo[2]; ow < hi[2]; ++ow) {
+          if (ind[row + ow] == self) acc.push(to_acc(g[row + ow]));
+        }
+      }
+    }
+  }
+
+  C10_HOST_DEVICE void operator()(index_t idx) const {
+    index_t rest, i[3], plane;
+    by_in[2].divmod(idx, rest, i[2]);
+    by_in[1].divmod(rest, rest, i[1]);
+    by_in[0].divmod(rest, plane, i[0]);
+    index_t lo[3], hi[3];
+    DETOPS_UNROLL
+    for (int k = 0; k < 3; ++k) {
+      lo[k] = static_cast<index_t>(run_lo[k][i[k]]);
+      hi[k] = static_cast<index_t>(run_hi[k][i[k]]);
+    }
+    const index_t self = idx - plane * input_plane;
+    const int64_t* ind = indices + int64_t{plane} * output_plane;
+    const scalar_t* g = grad_out + int64_t{plane} * output_plane;
+    BlockFold<acc_t> first;
+    index_t selected = 0;
+    bool outside = false;
+    for (index_t ot = lo[0]; ot < hi[0]; ++ot) {
+      const bool own_t = box_lo[0][ot] == i[0];
+      for (index_t oh = lo[1]; oh < hi[1]; ++oh) {
+        const bool own_th = own_t && box_lo[1][oh] == i[1];
+        const index_t row = (ot * osize[1] + oh) * osize[2];
+        for (index_t ow = lo[2]; ow < hi[2]; ++ow) {
+          const int64_t v = ind[row + ow];
+          if (v == self) {
+            if (kBounded || selected < kBlock) first.push(to_acc(g[row + ow]));
+            ++selected;
+          }
+          if (own_th && box_lo[2][ow] == i[2] && !in_box(v, ot, oh, ow)) outside = true;
+        }
+      }
+    }
+    if (outside) raise_gate(gate);
+    if (selected == 0) {
+      grad_in[idx] = round_to<scalar_t>(acc_t(0));
+      return;
+    }
+    acc_t sum = first.finish();
+    if constexpr (!kBounded) {
+      // NB: more than kBlock: the whole sequence again through StreamingTree, the same tree's bits.
+      if (selected > kBlock) {
+        StreamingTree<acc_t> tree;
+        fold(lo, hi, ind, g, self, tree);
+        sum = tree.finish();
+      }
+    }
+    grad_in[idx] = round_to<scalar_t>(add_rn(acc_t(0), sum));
   }
 };
 
@@ -487,16 +683,99 @@ plan::EngineCall max_pool_backward_call(const at::Tensor& grad_in, const at::Ten
   return plan::sort_reduce_call(grad_out.numel(), grad_in.numel(), 1, sizeof(acc_type<scalar_t>));
 }
 
-// Max pools on an engine: grad_in zero-filled; the elements some index selects are written.
+// A max pool's boxes (MaxBox, max_pool_box): the call's dims and how its windows are placed.
+struct MaxPoolBoxes {
+  MaxBox kind = MaxBox::kAdaptive;
+  PoolDims dims{};
+};
+
+// Whether a max pool's CUDA path gathers first (docs/pooling.md): every box holds an input, and the engine call
+// takes the counting sort (a gated call runs only kernels of ours; a small call's single block is one launch
+// already).
+template <typename scalar_t>
+bool max_pool_gathers(const MaxPoolTables& t, const at::Tensor& grad_in, const at::Tensor& grad_out) {
+  return t.usable && plan::counting_sort(max_pool_backward_call<scalar_t>(grad_in, grad_out));
+}
+
+// What the gather issues besides the engine's call: the tables' one allocation and copy (pinned, asynchronous), the
+// gather's launch. Traffic: the tables; each element's candidates' indices (a bound: the widest runs), their
+// gradients where selected, the result.
+template <typename scalar_t>
+plan::EngineCall max_pool_gather_call(const MaxPoolTables& t, const at::Tensor& grad_in, const at::Tensor& grad_out) {
+  const auto bytes = static_cast<int64_t>(t.words.size() * sizeof(int64_t));
+  return plan::kernel_call(/*launches=*/1, /*copies=*/1, /*allocations=*/1, bytes,
+                           bytes + grad_in.numel() * (t.most * 8 + sizeof(scalar_t)) +
+                               grad_out.numel() * static_cast<int64_t>(sizeof(scalar_t)));
+}
+
+// The gather's op over the tables (words: where they are, host or device; the gate is word 0).
+template <typename scalar_t, typename index_t, bool kBounded>
+MaxPoolGatherOp<scalar_t, index_t, kBounded> make_max_gather_op(at::Tensor& grad_in, const at::Tensor& grad_out,
+                                                                const at::Tensor& indices, const PoolDims& d,
+                                                                const MaxPoolTables& t, int64_t* words) {
+  MaxPoolGatherOp<scalar_t, index_t, kBounded> op;
+  op.grad_out = grad_out.const_data_ptr<scalar_t>();
+  op.indices = indices.const_data_ptr<int64_t>();
+  op.grad_in = grad_in.data_ptr<scalar_t>();
+  for (int k = 0; k < 3; ++k) {
+    op.box_lo[k] = words + t.box_at[k];
+    op.box_hi[k] = words + t.box_at[k] + d.osize[k];
+    op.run_lo[k] = words + t.run_at[k];
+    op.run_hi[k] = words + t.run_at[k] + d.isize[k];
+    op.isize[k] = static_cast<index_t>(d.isize[k]);
+    op.osize[k] = static_cast<index_t>(d.osize[k]);
+    op.by_in[k] = Divider<index_t>(op.isize[k]);
+  }
+  op.input_plane = static_cast<index_t>(d.isize[0] * d.isize[1] * d.isize[2]);
+  op.output_plane = static_cast<index_t>(d.osize[0] * d.osize[1] * d.osize[2]);
+  op.gate = reinterpret_cast<int32_t*>(words);
+  return op;
+}
+
+// Calls f(op) with the gather's op for the call: 32-bit index math where every size and position fits, the
+// BlockFold-only op where no element has more than kBlock candidates.
+template <typename scalar_t, typename F>
+void with_max_gather_op(at::Tensor& grad_in, const at::Tensor& grad_out, const at::Tensor& indices, const PoolDims& d,
+                        const MaxPoolTables& t, int64_t* words, const F& f) {
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  const bool fits = grad_in.numel() < kLimit && grad_out.numel() < kLimit;
+  const bool bounded = t.most <= kBlock;
+  if (fits && bounded) return f(make_max_gather_op<scalar_t, int32_t, true>(grad_in, grad_out, indices, d, t, words));
+  if (fits) return f(make_max_gather_op<scalar_t, int32_t, false>(grad_in, grad_out, indices, d, t, words));
+  if (bounded) return f(make_max_gather_op<scalar_t, int64_t, true>(grad_in, grad_out, indices, d, t, words));
+  f(make_max_gather_op<scalar_t, int64_t, false>(grad_in, grad_out, indices, d, t, words));
+}
+
+// Max pools on an engine: grad_in zero-filled (or gathered, with the gather's gate); the elements some index selects
+// are written.
 template <typename Engine>
 void max_pool_backward_compute(const char* name, at::Tensor& grad_in, const at::Tensor& grad_out,
-                               const at::Tensor& indices, int64_t output_plane, int64_t input_plane) {
+                               const at::Tensor& indices, int64_t output_plane, int64_t input_plane,
+                               const int32_t* gate = nullptr) {
   if (grad_out.numel() == 0 || grad_in.numel() == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward", [&] {
-    const auto op = make_max_pool_op<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
+    auto op = make_max_pool_op<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
+    op.gate = gate;
     const plan::EngineCall call = max_pool_backward_call<scalar_t>(grad_in, grad_out);
     Engine::template sort_reduce<acc_type<scalar_t>>(name, op, call.n, call.num_keys, call.D, grad_in);
   });
+}
+
+// Max pools, the gather first (max_pool_gathers; the CUDA path, and tests on the CPU): the tables at `words` (host
+// or device as the tensors; word 0, the gate, 0), every element of grad_in computed by gather(op, n), then the
+// engine's call gated on what the gather found. grad_in need not be zeroed: the gather writes every element.
+template <typename Engine, typename Gather>
+void max_pool_backward_gathered(const char* name, at::Tensor& grad_in, const at::Tensor& grad_out,
+                                const at::Tensor& indices, const MaxPoolBoxes& boxes, const MaxPoolTables& t,
+                                int64_t* words, const Gather& gather) {
+  if (grad_out.numel() == 0 || grad_in.numel() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_gather", [&] {
+    with_max_gather_op<scalar_t>(grad_in, grad_out, indices, boxes.dims, t, words,
+                                 [&](const auto& op) { gather(op, grad_in.numel()); });
+  });
+  const PoolDims& d = boxes.dims;
+  max_pool_backward_compute<Engine>(name, grad_in, grad_out, indices, d.osize[0] * d.osize[1] * d.osize[2],
+                                    d.isize[0] * d.isize[1] * d.isize[2], reinterpret_cast<const int32_t*>(words));
 }
 
 // Max pools, the CPU path: (N, C) planes in parallel. A plane's outputs, in ascending position, send their
@@ -557,16 +836,30 @@ bool max_pool_backward_scatter_cpu(at::Tensor& grad_in, const at::Tensor& grad_o
   return ok.load();
 }
 
-// Where it is done, it records the CUDA engine's call it stands for (max_pool_backward_call); in plan-only mode
-// (ops/plan.h) it records that call and returns true without computing.
+// While recording (ops/plan.h), the CPU path records in the CUDA path's place what that issues before its engine
+// call: the gather's tables and launch where it gathers (max_pool_gathers over `boxes`; null: not known).
+inline void record_max_pool_gather(const MaxPoolBoxes* boxes, const at::Tensor& grad_in, const at::Tensor& grad_out) {
+  if (boxes == nullptr || !plan::recording()) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward", [&] {
+    const MaxPoolTables t = build_max_pool_tables(boxes->kind, boxes->dims);
+    if (max_pool_gathers<scalar_t>(t, grad_in, grad_out)) plan::record(max_pool_gather_call<scalar_t>(t, grad_in, grad_out));
+  });
+}
+
+// Where it is done, it records the CUDA path's calls it stands for (record_max_pool_gather, max_pool_backward_call);
+// in plan-only mode (ops/plan.h) it records them and returns true without computing.
 inline bool max_pool_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const at::Tensor& indices,
-                                  int64_t output_plane, int64_t input_plane) {
+                                  int64_t output_plane, int64_t input_plane, const MaxPoolBoxes* boxes = nullptr) {
   bool done = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward", [&] {
     done = plan::plan_only() ||
            max_pool_backward_scatter_cpu<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
-    if (done) plan::record(max_pool_backward_call<scalar_t>(grad_in, grad_out));
   });
+  if (done) {
+    record_max_pool_gather(boxes, grad_in, grad_out);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward",
+                                    [&] { plan::record(max_pool_backward_call<scalar_t>(grad_in, grad_out)); });
+  }
   return done;
 }
 
@@ -576,6 +869,9 @@ void avg_pool_backward_kernel(at::Tensor& grad_in, const at::Tensor& grad_out, c
                               bool count_include_pad, int64_t divisor_override);
 void max_pool_backward_kernel(const char* name, at::Tensor& grad_in, const at::Tensor& grad_out,
                               const at::Tensor& indices, int64_t output_plane, int64_t input_plane);
+// Where max_pool_gathers: the tables copied to the device, the gather, the gated engine (grad_in need not be zeroed).
+void max_pool_gather_backward_kernel(const char* name, at::Tensor& grad_in, const at::Tensor& grad_out,
+                                     const at::Tensor& indices, const MaxPoolBoxes& boxes, const MaxPoolTables& t);
 }  // namespace cuda
 
 }  // namespace detops

@@ -14,10 +14,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -225,6 +229,179 @@ TEST(GathersCpu, MaxPoolScatterMatchesSortReduceEngine) {
       expect_same_bits(twin.view({planes, input_plane}), engine, c10::toString(dtype));
     }
   }
+}
+
+// The max pools' gather (MaxPoolGatherOp) and the engine's call gated on it, run on the CPU as the CUDA path runs
+// them (max_pool_backward_gathered over cpu::Engine), one element per call in a shuffled order.
+struct MaxGatherCase {
+  std::string what;
+  detops::MaxPoolBoxes boxes;
+  at::Tensor self;     // [planes..., spatial...], float
+  at::Tensor indices;  // stock's forward's
+  // The CPU front end's result (the block scatter, or the engine), the twin the gather must match.
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)> twin;
+};
+
+detops::PoolDims max_dims(const at::Tensor& self, const at::Tensor& indices, int nspatial) {
+  detops::PoolDims d{};
+  for (int k = 0; k < 3; ++k) {
+    const bool used = k >= 3 - nspatial;
+    d.isize[k] = used ? self.size(self.dim() - 3 + k) : 1;
+    d.osize[k] = used ? indices.size(indices.dim() - 3 + k) : 1;
+    d.kernel[k] = 1;
+    d.stride[k] = 1;
+    d.pad[k] = 0;
+  }
+  return d;
+}
+
+std::vector<MaxGatherCase> max_gather_cases() {
+  std::vector<MaxGatherCase> cases;
+  const auto adaptive2d = [&](std::vector<int64_t> shape, std::vector<int64_t> out) {
+    const at::Tensor self = at::randn(shape);
+    const at::Tensor indices = std::get<1>(at::adaptive_max_pool2d(self, out));
+    cases.push_back({"adaptive_max_pool2d " + c10::str(shape) + " -> " + c10::str(out),
+                     {detops::MaxBox::kAdaptive, max_dims(self, indices, 2)}, self, indices,
+                     [](const at::Tensor& g, const at::Tensor& x, const at::Tensor& i) {
+                       return detops::adaptive_max_pool2d_backward(g, x, i);
+                     }});
+  };
+  adaptive2d({2, 3, 9, 13}, {5, 7});
+  adaptive2d({1, 2, 3, 4}, {20, 25});  // every element a candidate of ~56 outputs: StreamingTree
+  {
+    const at::Tensor self = at::randn({2, 2, 5, 6, 7});
+    const at::Tensor indices = std::get<1>(at::adaptive_max_pool3d(self, {3, 4, 5}));
+    cases.push_back({"adaptive_max_pool3d", {detops::MaxBox::kAdaptive, max_dims(self, indices, 3)}, self, indices,
+                     [](const at::Tensor& g, const at::Tensor& x, const at::Tensor& i) {
+                       return detops::adaptive_max_pool3d_backward(g, x, i);
+                     }});
+  }
+  {
+    const std::vector<int64_t> k = {2, 3, 3}, st = {1, 2, 2}, pad = {0, 1, 1}, dil = {1, 1, 2};
+    const at::Tensor self = at::randn({2, 2, 7, 9, 11});
+    const at::Tensor indices = std::get<1>(at::max_pool3d_with_indices(self, k, st, pad, dil, /*ceil_mode=*/true));
+    detops::PoolDims d = max_dims(self, indices, 3);
+    for (int i = 0; i < 3; ++i) {
+      d.kernel[i] = (k[i] - 1) * dil[i] + 1;
+      d.stride[i] = st[i];
+      d.pad[i] = pad[i];
+    }
+    cases.push_back({"max_pool3d_with_indices", {detops::MaxBox::kWindow, d}, self, indices,
+                     [=](const at::Tensor& g, const at::Tensor& x, const at::Tensor& i) {
+                       return detops::max_pool3d_with_indices_backward(g, x, k, st, pad, dil, true, i);
+                     }});
+  }
+  {
+    const std::vector<int64_t> k = {3, 2}, out = {8, 12};
+    const at::Tensor self = at::randn({2, 3, 17, 23});
+    const at::Tensor indices = std::get<1>(at::fractional_max_pool2d(self, k, out, at::rand({2, 3, 2})));
+    detops::PoolDims d = max_dims(self, indices, 2);
+    d.kernel[1] = k[0];
+    d.kernel[2] = k[1];
+    cases.push_back({"fractional_max_pool2d", {detops::MaxBox::kFractional, d}, self, indices,
+                     [=](const at::Tensor& g, const at::Tensor& x, const at::Tensor& i) {
+                       return detops::fractional_max_pool2d_backward(g, x, k, out, i);
+                     }});
+  }
+  {
+    const std::vector<int64_t> k = {2, 3, 2}, out = {4, 5, 6};
+    const at::Tensor self = at::randn({2, 2, 7, 9, 10});
+    const at::Tensor indices = std::get<1>(at::fractional_max_pool3d(self, k, out, at::rand({2, 2, 3})));
+    detops::PoolDims d = max_dims(self, indices, 3);
+    for (int i = 0; i < 3; ++i) d.kernel[i] = k[i];
+    cases.push_back({"fractional_max_pool3d", {detops::MaxBox::kFractional, d}, self, indices,
+                     [=](const at::Tensor& g, const at::Tensor& x, const at::Tensor& i) {
+                       return detops::fractional_max_pool3d_backward(g, x, k, out, i);
+                     }});
+  }
+  return cases;
+}
+
+// The gathered path on the CPU: grad_in first filled with NaN (the gather must write every element). Returns the
+// gate the gather left.
+int64_t run_max_gathered(const detops::MaxPoolBoxes& boxes, at::Tensor& grad_in, const at::Tensor& grad_out,
+                         const at::Tensor& indices, std::mt19937& rng) {
+  const detops::MaxPoolTables t = detops::build_max_pool_tables(boxes.kind, boxes.dims);
+  EXPECT_TRUE(t.usable);
+  std::vector<int64_t> words = t.words;
+  grad_in.fill_(std::numeric_limits<double>::quiet_NaN());
+  detops::max_pool_backward_gathered<detops::cpu::Engine>(
+      "test", grad_in, grad_out, indices, boxes, t, words.data(), [&](const auto& op, int64_t n) {
+        using index_t = typename std::decay_t<decltype(op)>::index_type;
+        std::vector<int64_t> order(static_cast<size_t>(n));
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+        for (const int64_t i : order) op(static_cast<index_t>(i));
+      });
+  return words[0];
+}
+
+// With stock's forward's indices the gather alone gives the twin's bits and leaves the gate closed; with some
+// indices moved out of their boxes (still in the plane) it opens the gate and the engine's call rewrites the
+// selected elements: the twin's bits again.
+TEST(GathersCpu, MaxPoolGatherMatchesTheTwin) {
+  at::manual_seed(5);
+  std::mt19937 rng(5);
+  for (const MaxGatherCase& c : max_gather_cases()) {
+    for (const auto dtype : kDtypes) {
+      const at::Tensor self = c.self.to(dtype);
+      const at::Tensor grad_out = at::randn(c.indices.sizes()).to(dtype);
+      const std::string what = c.what + " " + c10::toString(dtype);
+      at::Tensor grad_in = at::empty_like(self);
+      EXPECT_EQ(run_max_gathered(c.boxes, grad_in, grad_out, c.indices, rng), 0) << what;
+      expect_same_bits(grad_in, c.twin(grad_out, self, c.indices), what);
+
+      at::Tensor moved = c.indices.clone();
+      const int64_t input_plane = c.boxes.dims.isize[0] * c.boxes.dims.isize[1] * c.boxes.dims.isize[2];
+      auto flat = moved.view({-1});
+      flat[0] = input_plane - 1;     // the first output's box holds the plane's first corner, not its last
+      flat[flat.numel() - 1] = 0;    // and the last output's the last
+      EXPECT_EQ(run_max_gathered(c.boxes, grad_in, grad_out, moved, rng), 1) << what;
+      expect_same_bits(grad_in, c.twin(grad_out, self, moved), what + ", indices out of their boxes");
+    }
+  }
+}
+
+// Fractional pools' boxes hold the windows stock's forward picks: over many sizes, pool sizes and seeded uniform
+// samples (float and double: the forward computes its window starts in the samples' dtype), the gather over stock's
+// indices leaves the gate closed. The extreme samples 0 and the largest below 1 may open it where rounding moves a
+// window (docs/pooling.md: u = 0 at 35 -> 23 with a pool of 5 in double, at o = 11): the twin's bits either way.
+TEST(GathersCpu, FractionalBoxesHoldStockWindows) {
+  at::manual_seed(6);
+  std::mt19937 rng(6);
+  int opened = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t pool = 1 + static_cast<int64_t>(rng() % 5);
+    const int64_t in_h = pool + static_cast<int64_t>(rng() % 300);
+    const int64_t in_w = pool + static_cast<int64_t>(rng() % 40);
+    const int64_t out_h = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(in_h - pool + 1));
+    const int64_t out_w = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(in_w - pool + 1));
+    const auto dtype = trial % 2 == 0 ? at::kFloat : at::kDouble;
+    const std::vector<int64_t> kernel = {pool, pool}, out = {out_h, out_w};
+    const at::Tensor self = at::randn({1, 16, in_h, in_w}, dtype);
+    for (const bool extremes : {false, true}) {
+      at::Tensor samples = at::rand({1, 16, 2}, dtype);
+      if (extremes) {
+        samples.view({-1}).narrow(0, 0, 16).fill_(0.0);
+        samples.view({-1}).narrow(0, 16, 16)
+            .fill_(dtype == at::kFloat ? double{std::nextafter(1.0f, 0.0f)} : std::nextafter(1.0, 0.0));
+      }
+      const at::Tensor indices = std::get<1>(at::fractional_max_pool2d(self, kernel, out, samples));
+      detops::PoolDims d = max_dims(self, indices, 2);
+      d.kernel[1] = pool;
+      d.kernel[2] = pool;
+      at::Tensor grad_in = at::empty_like(self);
+      const at::Tensor grad_out = at::randn(indices.sizes(), dtype);
+      const std::string what = "pool " + std::to_string(pool) + ", " + std::to_string(in_h) + " x " +
+                               std::to_string(in_w) + " -> " + std::to_string(out_h) + " x " + std::to_string(out_w) +
+                               (extremes ? ", extreme samples" : "");
+      const int64_t gate = run_max_gathered({detops::MaxBox::kFractional, d}, grad_in, grad_out, indices, rng);
+      if (!extremes) EXPECT_EQ(gate, 0) << what;
+      opened += static_cast<int>(gate);
+      expect_same_bits(grad_in, detops::fractional_max_pool2d_backward(grad_out, self, kernel, out, indices), what);
+    }
+  }
+  EXPECT_LT(opened, 60);
 }
 
 // The winners as the CUDA path's atomicMax leaves them: per destination, the largest source position.

@@ -252,6 +252,41 @@ def test_average_pools_record_their_gather():
     assert bool((out == 7.0).all())
 
 
+MAX_POOLS = ["adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward.grad_input", "fractional_max_pool2d_backward",
+             "fractional_max_pool3d_backward.grad_input", "max_pool3d_with_indices_backward"]
+
+
+@pytest.mark.parametrize("op", MAX_POOLS)
+def test_max_pools_record_the_gather_before_the_gated_engine(op):
+    """At the GPU shapes (multi-block calls) the CUDA path gathers first: the tables' allocation and copy and the
+    gather's launch, then the engine's call, gated on the gather (docs/pooling.md); a small call (the single block)
+    keeps the engine alone."""
+    case = _case(op)
+    small = P.case_plan(case, full=False)
+    assert [c.call["kind"] for c in small.calls] == ["sort_reduce"]
+    assert small.calls[0].summary["path"] == "single_block"
+    plan = P.case_plan(case, full=True)
+    assert [c.call["kind"] for c in plan.calls] == ["kernel", "sort_reduce"]
+    gather, engine = (c.summary for c in plan.calls)
+    assert gather["launches"] == 1 and gather["memsets"] == 1 and gather["allocations"] == 1, gather
+    assert 0 < gather["workspace_bytes"] < 64 * 1024
+    assert engine["path"] == "multi" and engine["stream_ops"] == 5 and engine["allocations"] == 1, engine
+
+
+def test_a_computed_max_pool_records_what_plan_only_records():
+    x = torch.randn(2, 8, 40, 40)
+    out, indices = torch.ops.aten.adaptive_max_pool2d(x, [17, 17])  # 4,624 outputs: past the single block
+    grad = torch.randn(out.shape)
+    for bad in (False, True):
+        idx = indices.clone()
+        if bad:
+            idx.view(-1)[0] = 1599  # outside its window: the CUDA path's gate opens; the calls are the same
+        computed = P.plan_summary(torch.ops.detops.adaptive_max_pool2d_backward, grad, x, idx)
+        planned = P.plan_summary(torch.ops.detops.adaptive_max_pool2d_backward, grad, x, idx, plan_only=True)
+        assert _calls(computed) == _calls(planned)
+        assert [c["kind"] for c in _calls(computed)] == ["kernel", "sort_reduce"]
+
+
 @pytest.mark.parametrize("op", ["upsample_bilinear2d_backward", "upsample_trilinear3d_backward.grad_input",
                                 "_upsample_bilinear2d_aa_backward", "_upsample_bicubic2d_aa_backward.grad_input"])
 def test_upsample_backwards_record_their_tables_and_gather(op):

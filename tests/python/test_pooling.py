@@ -39,9 +39,10 @@ KNOWN = {"AdaptiveAvgPool2DBackward0", "AdaptiveAvgPool3DBackward0", "AvgPool3DB
          "FractionalMaxPool3DBackward0", "MaxPool3DWithIndicesBackward0"}
 
 
-def twin_backward(out: torch.Tensor, grad: torch.Tensor, device=None, grad_input=None, dtype=None):
+def twin_backward(out: torch.Tensor, grad: torch.Tensor, device=None, grad_input=None, dtype=None, indices=None):
     """Calls the detops twin of `out`'s pooling backward on the forward's saved tensors (moved to
-    `device` and cast to `dtype` if given); with `grad_input`, the .grad_input overload."""
+    `device` and cast to `dtype` if given); with `grad_input`, the .grad_input overload; with `indices`, those in
+    place of the max pools' saved ones."""
     fn = out.grad_fn
     name = type(fn).__name__
     if name not in KNOWN:
@@ -68,7 +69,7 @@ def twin_backward(out: torch.Tensor, grad: torch.Tensor, device=None, grad_input
         if grad_input is not None:
             return ops.avg_pool3d_backward.grad_input(*args, grad_input=grad_input)
         return ops.avg_pool3d_backward(*args)
-    indices = mv(fn._saved_result1)
+    indices = mv(fn._saved_result1 if indices is None else indices)
     if name in ("AdaptiveMaxPool2DBackward0", "AdaptiveMaxPool3DBackward0"):
         op = ops.adaptive_max_pool2d_backward if "2D" in name else ops.adaptive_max_pool3d_backward
         if grad_input is not None:
@@ -516,6 +517,71 @@ def test_gpu_cuda_equals_cpu_twin_bitwise(name, shape, forward, dtype):
     cuda = twin_backward(out, grad, device="cuda", dtype=dtype)
     assert cpu.dtype == dtype and cuda.is_cuda
     assert_bitwise_equal(cuda.cpu(), cpu, name)
+
+
+# Max pools of more than 4,096 outputs: the CUDA path gathers first (docs/pooling.md), the engine gated on it.
+GATHER_CASES = [
+    ("adaptive_max2d", (4, 16, 40, 36), lambda x: F.adaptive_max_pool2d(x, (17, 23))),
+    ("adaptive_max2d_up", (2, 8, 6, 5), lambda x: F.adaptive_max_pool2d(x, (40, 45))),  # > 32 picks: StreamingTree
+    ("adaptive_max3d", (2, 8, 10, 12, 14), lambda x: F.adaptive_max_pool3d(x, (6, 7, 9))),
+    ("max3d_dilated_ceil", (2, 4, 13, 16, 18), lambda x: F.max_pool3d(x, (2, 3, 2), stride=(2, 1, 3), padding=1,
+                                                                      dilation=(2, 1, 3), ceil_mode=True)),
+    ("frac2d", (4, 16, 37, 41), lambda x: F.fractional_max_pool2d(x, 3, output_size=(20, 25),
+                                                                 _random_samples=frac_samples(x, 2))),
+    ("frac3d", (2, 4, 15, 17, 19), lambda x: F.fractional_max_pool3d(x, 2, output_size=(9, 10, 11),
+                                                                    _random_samples=frac_samples(x, 3))),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape,forward", GATHER_CASES, ids=[c[0] for c in GATHER_CASES])
+@pytest.mark.parametrize("moved", [False, True], ids=["forward_indices", "indices_out_of_their_windows"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_gpu_max_pool_gather_equals_cpu_twin(name, shape, forward, moved, dtype):
+    """The forward's indices: the gather alone. Some moved out of their outputs' windows (still in the plane): the
+    gather raises the gate and the engine's gated call recomputes. CPU twin's bits either way, and reruns equal."""
+    x, out, grad, _ = run_stock(shape, forward, dtype)
+    indices = out.grad_fn._saved_result1.clone()
+    if moved:
+        flat = indices.view(-1)
+        plane = math.prod(shape[-3:] if "3d" in name else shape[-2:])
+        flat[0] = plane - 1
+        flat[-1] = 0
+        flat[flat.numel() // 2] = plane // 3
+    cpu = twin_backward(out, grad, dtype=dtype, indices=indices)
+    cuda = twin_backward(out, grad, device="cuda", dtype=dtype, indices=indices)
+    assert_bitwise_equal(cuda.cpu(), cpu, name)
+    for _ in range(20):
+        assert torch.equal(twin_backward(out, grad, device="cuda", dtype=dtype, indices=indices), cuda)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("moved", [False, True], ids=["forward_indices", "indices_out_of_their_windows"])
+def test_gpu_max_pool_gather_replays_in_a_cuda_graph(moved):
+    """Captured into a CUDA graph, the tables' copy (which zeroes the gate) replays from the pinned buffer it had at
+    capture, the gather and the gated engine (one launch per step there) after it: the eager bits."""
+    _, shape, forward = GATHER_CASES[0]
+    x, out, grad, _ = run_stock(shape, forward, torch.float32)
+    indices = out.grad_fn._saved_result1.clone()
+    if moved:
+        indices.view(-1)[0] = shape[-1] * shape[-2] - 1
+    args = (grad.cuda(), x.detach().cuda(), indices.cuda())
+    eager = ops.adaptive_max_pool2d_backward(*args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ops.adaptive_max_pool2d_backward(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ops.adaptive_max_pool2d_backward(*args)
+    junk = [torch.full((1 << 16,), -1, dtype=torch.int64).pin_memory() for _ in range(8)]
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    del junk
+    assert_bitwise_equal(captured, eager, "replayed")
 
 
 @pytest.mark.gpu
