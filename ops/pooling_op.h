@@ -46,6 +46,16 @@ struct PoolDims {
   int64_t pad[3];
 };
 
+// Input element idx (linear in [planes, IT, IH, IW], by_in dividing by IT, IH, IW) as its plane and (t, h, w).
+template <typename index_t>
+C10_HOST_DEVICE inline void pool_element(const Divider<index_t> (&by_in)[3], index_t idx, index_t& plane,
+                                         index_t (&i)[3]) {
+  index_t rest;
+  by_in[2].divmod(idx, rest, i[2]);
+  by_in[1].divmod(rest, rest, i[1]);
+  by_in[0].divmod(rest, plane, i[0]);
+}
+
 // One grad_input element per call. index_t is int32_t where every size and position of the call fits (the
 // host decides), else int64_t. kBounded: the host knows no element is covered by more than kBlock
 // windows, so only BlockFold is compiled in.
@@ -180,10 +190,8 @@ struct AvgPoolBackwardOp {
 
   // Input element `idx` (linear in [planes, IT, IH, IW]).
   C10_HOST_DEVICE void operator()(index_t idx) const {
-    index_t rest, i[3], plane;
-    by_in[2].divmod(idx, rest, i[2]);
-    by_in[1].divmod(rest, rest, i[1]);
-    by_in[0].divmod(rest, plane, i[0]);
+    index_t plane, i[3];
+    pool_element(by_in, idx, plane, i);
     index_t lo[3], hi[3];
 DETOPS_UNROLL
     for (int k = 0; k < 3; ++k) range(k, i[k], lo[k], hi[k]);
@@ -353,10 +361,8 @@ struct MaxPoolGatherOp {
   }
 
   C10_HOST_DEVICE void operator()(index_t idx) const {
-    index_t rest, i[3], plane;
-    by_in[2].divmod(idx, rest, i[2]);
-    by_in[1].divmod(rest, rest, i[1]);
-    by_in[0].divmod(rest, plane, i[0]);
+    index_t plane, i[3];
+    pool_element(by_in, idx, plane, i);
     index_t lo[3], hi[3];
     DETOPS_UNROLL
     for (int k = 0; k < 3; ++k) {
