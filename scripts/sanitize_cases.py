@@ -3,8 +3,9 @@
 scripts/gpu_run.sh runs under compute-sanitizer (memcheck, racecheck, initcheck, synccheck).
 
 Every covered overload (``detops.covered_ops()``) with every case registered for it in ``detops.cases``
-(``full=False``: the small shapes), built on the CPU from a fixed seed and copied to the device, is run
-once through ``torch.ops.detops.<name>.<overload>`` for each dtype (floating-point tensors converted).
+(``full=False``: the small shapes), and the calls of ``EXTRA_CASES`` for the paths those miss (the max pools'
+gather and gated engine), built on the CPU from a fixed seed and copied to the device, is run once through
+``torch.ops.detops.<name>.<overload>`` for each dtype (floating-point tensors converted).
 On CUDA the result is also compared bit for bit with the CPU twin on the same inputs (the order contract).
 Inputs are built on the CPU, so the CUDA kernels that run are (nearly) only the detops ones.
 
@@ -56,9 +57,47 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
 
 
+def _max_pool_gather(op: str, forward, shape, extra: tuple, moved: bool) -> C.Builder:
+    """A max pool's call of more than 4,096 outputs (its CUDA path gathers, docs/pooling.md), with the forward's
+    indices or with some moved out of their windows (the gated engine's call then runs too)."""
+    def build(device, g, full: bool) -> C.Call:
+        x = torch.randn(shape, generator=g)
+        out, indices = forward(x)
+        if moved:
+            indices = indices.clone()
+            indices.view(-1)[0] = x[0, 0].numel() - 1  # the last element of the plane: outside output 0's window
+            indices.view(-1)[-1] = 0
+        grad = torch.randn(out.shape, generator=g)
+        return C.Call((grad, x) + extra + (indices,), {}, 0)
+
+    return build
+
+
+# Calls past the small shapes, for the paths those do not reach: the max pools' gather and their gated engine.
+EXTRA_CASES = [
+    C.Case(op, name + ("_moved" if moved else ""), _max_pool_gather(op, forward, dims, extra, moved), name)
+    for op, name, forward, dims, extra in (
+        ("aten::adaptive_max_pool2d_backward", "gather", lambda x: torch.ops.aten.adaptive_max_pool2d(x, [17, 23]),
+         (2, 8, 40, 36), ()),
+        # More than 32 outputs pick some elements: the gather's second walk (StreamingTree).
+        ("aten::adaptive_max_pool2d_backward", "gather_upsample",
+         lambda x: torch.ops.aten.adaptive_max_pool2d(x, [40, 45]), (2, 4, 6, 5), ()),
+        ("aten::max_pool3d_with_indices_backward", "gather",
+         lambda x: torch.ops.aten.max_pool3d_with_indices(x, [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False),
+         (1, 4, 9, 30, 30), ([3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False)),
+        ("aten::fractional_max_pool3d_backward", "gather",
+         lambda x: torch.ops.aten.fractional_max_pool3d(x, [2, 3, 2], [9, 10, 12],
+                                                        torch.rand(x.shape[0], x.shape[1], 3,
+                                                                   generator=torch.Generator().manual_seed(1))),
+         (1, 4, 15, 17, 19), ([2, 3, 2], [9, 10, 12])),
+    )
+    for moved in (False, True)
+]
+
+
 def run(device: str, dtypes, ops=None, shapes=None, seed: int = 0, compare: bool = True, log=print) -> dict:
     counts = {"runs": 0, "ok": 0, "failed": 0, "mismatched": 0, "skipped": 0}
-    selected = C.cases(detops.covered_ops(), ops=ops, shapes=shapes)
+    selected = C.cases(detops.covered_ops(), ops=ops, shapes=shapes) + _extra(ops, shapes)
     covered_without_case = sorted(set(detops.covered_ops()) - {c.op for c in C.cases()})
     for op in covered_without_case:
         log(f"skip {op}: no case registered in detops.cases")
@@ -111,6 +150,11 @@ def run(device: str, dtypes, ops=None, shapes=None, seed: int = 0, compare: bool
     return counts
 
 
+def _extra(ops=None, shapes=None):
+    wanted_ops = None if ops is None else {o if o.startswith("aten::") else "aten::" + o for o in ops}
+    return [c for c in EXTRA_CASES if (wanted_ops is None or c.op in wanted_ops) and (shapes is None or c.shape in shapes)]
+
+
 def _rejected(op, call, device, dtype, stock=False):
     """The first line of the error ``op`` raises on fresh arguments (prefixed "stock CUDA: " for the stock aten
     op, run with detops mode "off"), or None when it runs."""
@@ -138,7 +182,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.list:
-        for case in C.cases(detops.covered_ops(), ops=args.ops, shapes=args.shapes):
+        for case in C.cases(detops.covered_ops(), ops=args.ops, shapes=args.shapes) + _extra(args.ops, args.shapes):
             print(f"{case.op:50s} {case.shape:18s} {' '.join(args.dtypes)}")
         return 0
     if args.device == "cuda" and not torch.cuda.is_available():
