@@ -76,8 +76,58 @@ __global__ void __launch_bounds__(kGroupThreads) ctc_group_kernel(Op op, int32_t
   }
 }
 
-// One block per batch element; threads over the extended positions s, rows t from input_length - 1 down
-// to 0 with one barrier per row.
+// The beta rows kernel keeps the facts of this many positions per thread: targets of up to
+// kBetaThreads * kBetaCells / 2 - 1 labels (longer ones take ctc_beta_kernel).
+constexpr int kBetaCells = 4;
+
+// One block per batch element; thread j takes the extended positions s = j + k * blockDim.x (k < kBetaCells), and
+// their facts (label, which cells of the row below enter: beta_facts) once. Rows t from input_length - 1 down to 0,
+// one barrier per row: each cell from the row below, held in shared memory (two rows, alternating), written to
+// log_beta and to the other row; each thread loads its cells' log-probabilities for the next row before the
+// barrier. It was a thread per cell reading its labels (two dependent loads each) and the row below from global
+// memory after every barrier. NB: beta_from over the same operands as the CPU path's, so the same bits.
+template <typename Op>
+__global__ void __launch_bounds__(kBetaThreads) ctc_beta_rows_kernel(Op op) {
+  using T = typename Op::T;
+  extern __shared__ unsigned char beta_rows_raw[];
+  T* rows = reinterpret_cast<T*>(beta_rows_raw);  // [2][positions]
+  const int64_t n = blockIdx.x;
+  const int64_t input_length = op.input_lengths[n];
+  if (input_length == 0) return;
+  const int64_t positions = 2 * op.target_lengths[n] + 1;
+  const int64_t last = input_length - 1;
+  typename Op::BetaFacts facts[kBetaCells];
+  T lp_next[kBetaCells];
+#pragma unroll
+  for (int k = 0; k < kBetaCells; ++k) {
+    const int64_t s = threadIdx.x + int64_t{k} * blockDim.x;
+    if (s < positions) {
+      facts[k] = op.beta_facts(n, s);
+      const T v = op.beta_last_value(n, s);
+      op.log_beta[op.ab_index(n, last, s)] = v;
+      rows[(last % 2) * positions + s] = v;
+      if (last > 0) lp_next[k] = op.lp(last - 1, n, facts[k].label);
+    }
+  }
+  for (int64_t t = last - 1; t >= 0; --t) {
+    __syncthreads();
+    const T* below = rows + ((t + 1) % 2) * positions;
+    T* row = rows + (t % 2) * positions;
+#pragma unroll
+    for (int k = 0; k < kBetaCells; ++k) {
+      const int64_t s = threadIdx.x + int64_t{k} * blockDim.x;
+      if (s < positions) {
+        const T v = Op::beta_from(facts[k], below, s, lp_next[k]);
+        op.log_beta[op.ab_index(n, t, s)] = v;
+        row[s] = v;
+        if (t > 0) lp_next[k] = op.lp(t - 1, n, facts[k].label);
+      }
+    }
+  }
+}
+
+// Targets longer than the rows kernel takes: one block per batch element; threads over the extended positions s,
+// rows t from input_length - 1 down to 0 with one barrier per row, the row below read from log_beta.
 template <typename Op>
 __global__ void __launch_bounds__(kBetaThreads) ctc_beta_kernel(Op op) {
   const int64_t n = blockIdx.x;
@@ -118,6 +168,9 @@ void ctc_loss_backward_kernel(at::Tensor& out, const at::Tensor& grad_out, const
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int beta_threads =
       static_cast<int>(std::min<int64_t>(kBetaThreads, std::max<int64_t>(32, (2 * plan.max_target_length + 32) / 32 * 32)));
+  // Two rows of every position in shared memory: at most 2 x 1,024 doubles (16 KB).
+  const int64_t max_positions = 2 * plan.max_target_length + 1;
+  const bool rows_kernel = max_positions <= int64_t{beta_threads} * kBetaCells;
   const int64_t numel = out.numel();
   const int64_t grad_blocks = std::min<int64_t>((numel + kGradThreads - 1) / kGradThreads, int64_t{1} << 20);
   AT_DISPATCH_FLOATING_TYPES(log_probs.scalar_type(), "detops_ctc_loss_backward_cuda", [&] {
@@ -129,7 +182,12 @@ void ctc_loss_backward_kernel(at::Tensor& out, const at::Tensor& grad_out, const
       ctc_group_kernel<<<static_cast<unsigned>(batch), kGroupThreads, 0, stream>>>(
           op, perm.mutable_data_ptr<int32_t>(), group_end.mutable_data_ptr<int32_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      ctc_beta_kernel<<<static_cast<unsigned>(batch), beta_threads, 0, stream>>>(op);
+      if (rows_kernel) {
+        ctc_beta_rows_kernel<<<static_cast<unsigned>(batch), beta_threads, 2 * max_positions * sizeof(scalar_t),
+                               stream>>>(op);
+      } else {
+        ctc_beta_kernel<<<static_cast<unsigned>(batch), beta_threads, 0, stream>>>(op);
+      }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       ctc_grad_kernel<<<static_cast<unsigned>(grad_blocks), kGradThreads, 0, stream>>>(op, numel);
       C10_CUDA_KERNEL_LAUNCH_CHECK();

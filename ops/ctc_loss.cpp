@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 namespace detops {
 namespace {
@@ -166,14 +167,24 @@ void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Te
       int32_t* end_data = group_end.mutable_data_ptr<int32_t>();
       // NB: every value below is computed by one fixed formula; the split over threads only decides who.
       at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+        std::vector<typename CtcBackwardOp<scalar_t, index_t>::BetaFacts> facts;
         for (int64_t n = begin; n < end; ++n) {
           group_by_label(op, n, perm_data, end_data);
           const int64_t input_length = op.input_lengths[n];
           if (input_length > 0) {
+            // The facts of each position once, then every row from the one below: as the CUDA kernel does.
             const int64_t positions = 2 * op.target_lengths[n] + 1;
-            for (int64_t s = 0; s < positions; ++s) op.beta_last(n, s);
+            facts.resize(static_cast<size_t>(positions));
+            for (int64_t s = 0; s < positions; ++s) {
+              facts[s] = op.beta_facts(n, s);
+              op.beta_last(n, s);
+            }
             for (int64_t t = input_length - 2; t >= 0; --t) {
-              for (int64_t s = 0; s < positions; ++s) op.beta_cell(n, t, s);
+              const scalar_t* below = op.log_beta + op.ab_index(n, t + 1, 0);
+              scalar_t* row = op.log_beta + op.ab_index(n, t, 0);
+              for (int64_t s = 0; s < positions; ++s) {
+                row[s] = op.beta_from(facts[s], below, s, op.lp(t, n, facts[s].label));
+              }
             }
           }
           if (lanes) ctc_grad_lanes_cpu(op, n);

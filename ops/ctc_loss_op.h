@@ -60,7 +60,7 @@ struct CtcBackwardOp {
   }
 
   // The initialisation before eq. (10), at t = input_length - 1 (> = 0), for s in [0, 2L].
-  C10_HOST_DEVICE void beta_last(int64_t n, int64_t s) const {
+  C10_HOST_DEVICE T beta_last_value(int64_t n, int64_t s) const {
     const int64_t L = target_lengths[n];
     const int64_t t = input_lengths[n] - 1;
     T v = ctc::neg_inf<T>();
@@ -69,18 +69,35 @@ struct CtcBackwardOp {
     } else if (s == 2 * L - 1) {
       v = lp(t, n, label(n, s));
     }
-    log_beta[ab_index(n, t, s)] = v;
+    return v;
+  }
+  C10_HOST_DEVICE void beta_last(int64_t n, int64_t s) const {
+    log_beta[ab_index(n, input_lengths[n] - 1, s)] = beta_last_value(n, s);
   }
 
-  // Eq. (10) / (11) for t < input_length - 1, s in [0, 2L], from row t + 1; stock's operation order.
-  C10_HOST_DEVICE void beta_cell(int64_t n, int64_t t, int64_t s) const {
+  // What every row of the beta recursion reads of extended position s: its label l'(s), and whether cells s + 1
+  // and s + 2 of the row below enter its sum (eq. 10 / 11).
+  struct BetaFacts {
+    int64_t label;
+    bool below1;
+    bool below2;
+  };
+  C10_HOST_DEVICE BetaFacts beta_facts(int64_t n, int64_t s) const {
     const int64_t L = target_lengths[n];
     const int64_t cur = label(n, s);
-    const T* next = log_beta + ab_index(n, t + 1, 0);
-    const T l1 = next[s];
-    const T l2 = s < 2 * L ? next[s + 1] : ctc::neg_inf<T>();
-    const T l3 = (s < 2 * L - 1 && label(n, s + 2) != cur) ? next[s + 2] : ctc::neg_inf<T>();
-    log_beta[ab_index(n, t, s)] = add_rn(ctc::log_sum_exp3(l1, l2, l3), lp(t, n, cur));
+    return {cur, s < 2 * L, s < 2 * L - 1 && label(n, s + 2) != cur};
+  }
+  // Eq. (10) / (11) for cell s of a row t < input_length - 1: from the row below (t + 1), its facts and
+  // lp(t, n, l'(s)); stock's operation order.
+  C10_HOST_DEVICE static T beta_from(const BetaFacts& f, const T* below, int64_t s, T lp_cur) {
+    const T l1 = below[s];
+    const T l2 = f.below1 ? below[s + 1] : ctc::neg_inf<T>();
+    const T l3 = f.below2 ? below[s + 2] : ctc::neg_inf<T>();
+    return add_rn(ctc::log_sum_exp3(l1, l2, l3), lp_cur);
+  }
+  C10_HOST_DEVICE void beta_cell(int64_t n, int64_t t, int64_t s) const {
+    const BetaFacts f = beta_facts(n, s);
+    log_beta[ab_index(n, t, s)] = beta_from(f, log_beta + ab_index(n, t + 1, 0), s, lp(t, n, f.label));
   }
 
   // True where row t of batch element n has a gradient (else it is 0).

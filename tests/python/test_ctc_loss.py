@@ -277,7 +277,9 @@ GPU_CASES = [
     dict(dtype=torch.float32, T=400, B=3, C=40, L=50),
     dict(dtype=torch.float32, T=60, C=6, L=20, repeated=True),
     dict(dtype=torch.float32, T=30, L=12, repeated=True, impossible=True),
-    dict(dtype=torch.float64, T=1100, B=1, C=5, L=520),
+    dict(dtype=torch.float64, T=1100, B=1, C=5, L=520),  # 1,041 positions: past the beta rows kernel
+    dict(dtype=torch.float64, T=1100, B=2, C=5, L=511),  # 1,023: the rows kernel, 4 cells per thread
+    dict(dtype=torch.float32, T=600, B=3, C=30, L=400),  # 801: 4 cells for some threads, 3 for others
     dict(dtype=torch.float32, T=200, B=16, C=2000, L=60, target_dtype=torch.int32),
 ]
 
