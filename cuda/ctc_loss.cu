@@ -141,12 +141,56 @@ __global__ void __launch_bounds__(kBetaThreads) ctc_beta_kernel(Op op) {
   }
 }
 
-// One thread per output element (t, n, c), grid-stride.
+// One warp per output row (t, n), grid-stride. Lane l takes the labels c = l, l + 32, ... whose groups hold at most
+// kBlock positions: each one's collection (its one block, collect_block) and output. Then each longer group (the
+// blank's, past 31 target labels), in turn: lane l folds its blocks l, l + 32, ..., and lane 0 takes the block sums
+// up the tree in block order (BlockLevels) and writes the output. A thread per (t, n, c) left each warp waiting on
+// the blank's lane: about 100 log-add-exp in sequence at S = 100, against a block's 32 now. NB: the same blocks and
+// the same tree as grad_at, whichever lane folds them, so the same bits (ctc_grad_blocks_cpu runs these steps on
+// the CPU in another order).
 template <typename Op>
-__global__ void __launch_bounds__(kGradThreads) ctc_grad_kernel(Op op, int64_t numel) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < numel;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    op.grad_at(i);
+__global__ void __launch_bounds__(kGradThreads) ctc_grad_warp_kernel(Op op) {
+  using T = typename Op::T;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t C = op.num_labels;
+  const int64_t rows = op.max_T * op.batch;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  // The trip counts depend on the warp only: every lane reaches the votes.
+  for (int64_t tn = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32; tn < rows; tn += warps) {
+    const int64_t t = tn / op.batch;
+    const int64_t n = tn - t * op.batch;
+    T* out = op.grad + tn * C;
+    if (!op.active(t, n)) {
+      for (int64_t c = lane; c < C; c += 32) out[c] = ctc::canonicalize_nan(T(0));
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < C; c0 += 32) {
+      const int64_t c = c0 + lane;
+      int64_t start = 0, stop = 0;
+      if (c < C) op.group(n, c, start, stop);
+      const bool long_group = c < C && stop - start > kBlock;
+      if (c < C && !long_group) {
+        const T collected = stop > start ? op.collect_block(t, n, start, stop, 0) : ctc::neg_inf<T>();
+        out[c] = ctc::canonicalize_nan(op.grad_value(t, n, c, collected));
+      }
+      for (unsigned longs = __ballot_sync(0xffffffffu, long_group); longs != 0; longs &= longs - 1) {
+        const int from = __ffs(longs) - 1;
+        const int64_t lc = c0 + from;
+        const int64_t ls = __shfl_sync(0xffffffffu, start, from);
+        const int64_t le = __shfl_sync(0xffffffffu, stop, from);
+        const int64_t blocks = (le - ls + kBlock - 1) / kBlock;
+        typename Op::BlockLevels levels;
+        for (int64_t g = 0; g < blocks; g += 32) {
+          const T mine = g + lane < blocks ? op.collect_block(t, n, ls, le, g + lane) : T(0);
+          const int in_group = blocks - g < 32 ? static_cast<int>(blocks - g) : 32;
+          for (int l = 0; l < in_group; ++l) {
+            const T sum = __shfl_sync(0xffffffffu, mine, l);
+            if (lane == 0) levels.push(sum, 1);
+          }
+        }
+        if (lane == 0) out[lc] = ctc::canonicalize_nan(op.grad_value(t, n, lc, levels.finish()));
+      }
+    }
   }
 }
 
@@ -171,8 +215,9 @@ void ctc_loss_backward_kernel(at::Tensor& out, const at::Tensor& grad_out, const
   // Two rows of every position in shared memory: at most 2 x 1,024 doubles (16 KB).
   const int64_t max_positions = 2 * plan.max_target_length + 1;
   const bool rows_kernel = max_positions <= int64_t{beta_threads} * kBetaCells;
-  const int64_t numel = out.numel();
-  const int64_t grad_blocks = std::min<int64_t>((numel + kGradThreads - 1) / kGradThreads, int64_t{1} << 20);
+  const int64_t warps_per_block = kGradThreads / 32;
+  const int64_t grad_blocks =
+      std::min<int64_t>((out.size(0) * batch + warps_per_block - 1) / warps_per_block, int64_t{1} << 20);
   AT_DISPATCH_FLOATING_TYPES(log_probs.scalar_type(), "detops_ctc_loss_backward_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(targets.scalar_type(), "detops_ctc_loss_backward_cuda_targets", [&] {
       const auto op = make_ctc_backward_op<scalar_t, index_t>(out, grad_out, log_probs, targets,
@@ -189,7 +234,7 @@ void ctc_loss_backward_kernel(at::Tensor& out, const at::Tensor& grad_out, const
         ctc_beta_kernel<<<static_cast<unsigned>(batch), beta_threads, 0, stream>>>(op);
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      ctc_grad_kernel<<<static_cast<unsigned>(grad_blocks), kGradThreads, 0, stream>>>(op, numel);
+      ctc_grad_warp_kernel<<<static_cast<unsigned>(grad_blocks), kGradThreads, 0, stream>>>(op);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });

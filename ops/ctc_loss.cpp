@@ -153,7 +153,7 @@ plan::EngineCall ctc_loss_backward_kernels(const at::Tensor& out, const at::Tens
 
 void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Tensor& log_probs,
                            const at::Tensor& targets, const CtcPlan& plan, const at::Tensor& nll,
-                           const at::Tensor& log_alpha, int64_t blank, bool zero_infinity, bool lanes) {
+                           const at::Tensor& log_alpha, int64_t blank, bool zero_infinity, CtcGradPath path) {
   const int64_t batch = log_probs.size(1);
   at::Tensor log_beta = at::empty(log_alpha.sizes(), log_alpha.options());
   const at::Tensor perm = at::empty({batch, log_alpha.size(2)}, log_probs.options().dtype(at::kInt));
@@ -187,10 +187,13 @@ void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Te
               }
             }
           }
-          if (lanes) ctc_grad_lanes_cpu(op, n);
+          if (path == CtcGradPath::kLanes) ctc_grad_lanes_cpu(op, n);
+          if (path == CtcGradPath::kBlocks) {
+            for (int64_t t = 0; t < op.max_T; ++t) ctc_grad_blocks_cpu(op, t, n);
+          }
         }
       });
-      if (!lanes) {
+      if (path == CtcGradPath::kElements) {
         at::parallel_for(0, out.numel(), 4096, [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) op.grad_at(i);
         });

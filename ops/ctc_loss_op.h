@@ -122,6 +122,17 @@ struct CtcBackwardOp {
     return mul_rn(add_rn(ctc::exp(l), -sub), grad_out[n * grad_out_stride]);
   }
 
+  // Block b of the collection at (t, n) over the group [start, stop): its kBlock contributions from the b-th on
+  // (fewer in the last), level 0 of the contract's tree, a left fold with log-add-exp.
+  C10_HOST_DEVICE T collect_block(int64_t t, int64_t n, int64_t start, int64_t stop, int64_t b) const {
+    const int64_t first = start + b * kBlock;
+    const int count = static_cast<int>(stop - first < kBlock ? stop - first : kBlock);
+    return fold_block<T>([&](int j) { return contribution(t, n, first + j); }, count, ctc::LogAddExp());
+  }
+  // The levels above a group's blocks: push(sum, 1) every block's sum in block order, then finish(). With
+  // collect_block, the bits of grad_at's StreamingTree over the contributions.
+  using BlockLevels = StreamingTree<T, 7, ctc::LogAddExp>;
+
   // Output element i of grad ([max_T, batch, num_labels] row-major): eq. (16),
   // (exp(lp) - exp(collected + nll - lp)) * grad_out, where collected is the log-sum over the positions s
   // with l'(s) == c of log_alpha + log_beta, folded in ascending s by the contract's tree (-inf if none).
@@ -142,8 +153,7 @@ struct CtcBackwardOp {
         for (int64_t k = start; k < stop; ++k) tree.push(contribution(t, n, k));
         collected = tree.finish();
       } else if (stop > start) {
-        collected = fold_block<T>([&](int j) { return contribution(t, n, start + j); },
-                                  static_cast<int>(stop - start), ctc::LogAddExp());
+        collected = collect_block(t, n, start, stop, 0);
       }
       v = grad_value(t, n, c, collected);
     }
@@ -260,11 +270,48 @@ void ctc_grad_lanes_cpu(const CtcBackwardOp<scalar_t, target_t>& op, int64_t n) 
   }
 }
 
-// The CPU path (ops/ctc_loss.cpp): writes the gradient into `out` as the CUDA path does; `lanes` false
-// computes it element by element (grad_at) instead of ctc_grad_lanes_cpu, with the same bits.
+// Row (t, n) of the gradient the way the CUDA warp kernel (ctc_grad_warp_kernel) computes it, on one thread: each
+// label's collection from its blocks (collect_block; a group of at most kBlock positions is its one block), the
+// blocks folded from the last to the first, their sums then taken up the tree in block order (BlockLevels).
+// NB: the same blocks and the same tree as grad_at, whoever folds each block when, so the same bits.
+template <typename scalar_t, typename target_t>
+void ctc_grad_blocks_cpu(const CtcBackwardOp<scalar_t, target_t>& op, int64_t t, int64_t n) {
+  using T = scalar_t;
+  T* out = op.grad + (t * op.batch + n) * op.num_labels;
+  std::vector<T> sums;
+  for (int64_t c = 0; c < op.num_labels; ++c) {
+    if (!op.active(t, n)) {
+      out[c] = ctc::canonicalize_nan(T(0));
+      continue;
+    }
+    int64_t start, stop;
+    op.group(n, c, start, stop);
+    T collected = ctc::neg_inf<T>();
+    if (stop - start > kBlock) {
+      sums.assign(static_cast<size_t>((stop - start + kBlock - 1) / kBlock), T(0));
+      for (int64_t b = static_cast<int64_t>(sums.size()) - 1; b >= 0; --b) {
+        sums[b] = op.collect_block(t, n, start, stop, b);
+      }
+      typename CtcBackwardOp<scalar_t, target_t>::BlockLevels levels;
+      for (const T sum : sums) levels.push(sum, 1);
+      collected = levels.finish();
+    } else if (stop > start) {
+      collected = op.collect_block(t, n, start, stop, 0);
+    }
+    out[c] = ctc::canonicalize_nan(op.grad_value(t, n, c, collected));
+  }
+}
+
+// How the CPU path (ops/ctc_loss.cpp) computes the gradient, with the same bits each way: rows as lanes
+// (ctc_grad_lanes_cpu, the default), element by element (grad_at), or by the CUDA warp kernel's blocks
+// (ctc_grad_blocks_cpu).
+enum class CtcGradPath { kLanes, kElements, kBlocks };
+
+// The CPU path: writes the gradient into `out` as the CUDA path does.
 void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Tensor& log_probs,
                            const at::Tensor& targets, const CtcPlan& plan, const at::Tensor& nll,
-                           const at::Tensor& log_alpha, int64_t blank, bool zero_infinity, bool lanes = true);
+                           const at::Tensor& log_alpha, int64_t blank, bool zero_infinity,
+                           CtcGradPath path = CtcGradPath::kLanes);
 
 namespace cuda {
 // The CUDA path (cuda/ctc_loss.cu): writes the gradient into `out` ([max_T, batch, num_labels],

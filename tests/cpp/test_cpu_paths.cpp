@@ -4,7 +4,8 @@
 // and, for short rows, by counting ranks (ops/median_op.h); the grid sampler's grad_grid with each form of
 // the tree and its grad_input with and without the sort, and its reflection in integers against std::fmod
 // (ops/grid_sampler_op.h);
-// the CTC loss gradient with rows as lanes and element by element (ops/ctc_loss_op.h).
+// the CTC loss gradient with rows as lanes, element by element and by the CUDA warp kernel's blocks
+// (ops/ctc_loss_op.h).
 #include "ops/ctc_loss_op.h"
 #include "ops/grid_sampler_op.h"
 #include "ops/median_op.h"
@@ -226,12 +227,15 @@ TEST(CpuPaths, CtcGradientByLanesEqualsElementByElement) {
   at::manual_seed(4);
   for (auto dtype : {at::kFloat, at::kDouble}) {
     for (bool zero_infinity : {false, true}) {
-      // Short targets (groups within one block) and one long one (the blank's group above kBlock); an
-      // input too short for its target (infinite loss) and an empty one.
-      const int64_t T = 70, N = 5, C = 6, S = 40;
-      const at::Tensor log_probs = at::randn({T, N, C}, at::TensorOptions().dtype(dtype)).log_softmax(2);
+      // Short targets (groups within one block) and long ones (the blank's group of 41 positions, two blocks, and
+      // of 101, four blocks: their order shows in the tree); an input too short for its target (infinite loss) and
+      // an empty one.
+      const int64_t T = 240, N = 6, C = 6, S = 100;
+      // Nearly uniform probabilities spread each collection over many positions, so no block dominates its sum.
+      const at::Tensor log_probs =
+          at::randn({T, N, C}, at::TensorOptions().dtype(dtype)).mul_(0.05).log_softmax(2);
       const at::Tensor targets = at::randint(1, C, {N, S}, at::kLong);
-      const std::vector<int64_t> il{70, 61, 9, 0, 33}, tl{8, 40, 12, 0, 3};
+      const std::vector<int64_t> il{70, 61, 9, 0, 33, 240}, tl{8, 40, 12, 0, 3, 100};
       const auto [nll, log_alpha] = at::_ctc_loss(log_probs, targets, il, tl, 0, zero_infinity);
       const at::Tensor grad = at::rand({N}, at::TensorOptions().dtype(dtype)).add_(0.5);
       detops::CtcPlan plan;
@@ -244,10 +248,15 @@ TEST(CpuPaths, CtcGradientByLanesEqualsElementByElement) {
         plan.meta[2 * N + b] = b * targets.stride(0);
         plan.max_target_length = std::max(plan.max_target_length, tl[b]);
       }
-      at::Tensor a = at::empty_like(log_probs), b = at::empty_like(log_probs);
-      detops::ctc_loss_backward_cpu(a, grad, log_probs, targets, plan, nll, log_alpha, 0, zero_infinity, true);
-      detops::ctc_loss_backward_cpu(b, grad, log_probs, targets, plan, nll, log_alpha, 0, zero_infinity, false);
+      at::Tensor a = at::empty_like(log_probs), b = at::empty_like(log_probs), w = at::empty_like(log_probs);
+      using Path = detops::CtcGradPath;
+      detops::ctc_loss_backward_cpu(a, grad, log_probs, targets, plan, nll, log_alpha, 0, zero_infinity, Path::kLanes);
+      detops::ctc_loss_backward_cpu(b, grad, log_probs, targets, plan, nll, log_alpha, 0, zero_infinity,
+                                    Path::kElements);
+      detops::ctc_loss_backward_cpu(w, grad, log_probs, targets, plan, nll, log_alpha, 0, zero_infinity,
+                                    Path::kBlocks);
       EXPECT_TRUE(same_bits(a, b)) << dtype << " zero_infinity " << zero_infinity;
+      EXPECT_TRUE(same_bits(w, b)) << dtype << " zero_infinity " << zero_infinity << ": the warp kernel's blocks";
     }
   }
 }
