@@ -280,6 +280,7 @@ GPU_CASES = [
     dict(dtype=torch.float64, T=1100, B=1, C=5, L=520),  # 1,041 positions: past the beta rows kernel
     dict(dtype=torch.float64, T=1100, B=2, C=5, L=511),  # 1,023: the rows kernel, 4 cells per thread
     dict(dtype=torch.float32, T=600, B=3, C=30, L=400),  # 801: 4 cells for some threads, 3 for others
+    dict(dtype=torch.float32, T=2300, B=1, C=5, L=1100),  # the blank's group of 1,101: 35 blocks, two rounds of lanes
     dict(dtype=torch.float32, T=200, B=16, C=2000, L=60, target_dtype=torch.int32),
 ]
 
