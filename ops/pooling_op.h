@@ -848,7 +848,9 @@ inline void record_max_pool_gather(const MaxPoolBoxes* boxes, const at::Tensor& 
   if (boxes == nullptr || !plan::recording()) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward", [&] {
     const MaxPoolTables t = build_max_pool_tables(boxes->kind, boxes->dims);
-    if (max_pool_gathers<scalar_t>(t, grad_in, grad_out)) plan::record(max_pool_gather_call<scalar_t>(t, grad_in, grad_out));
+    if (max_pool_gathers<scalar_t>(t, grad_in, grad_out)) {
+      plan::record(max_pool_gather_call<scalar_t>(t, grad_in, grad_out));
+    }
   });
 }
 

@@ -152,7 +152,8 @@ def run(device: str, dtypes, ops=None, shapes=None, seed: int = 0, compare: bool
 
 def _extra(ops=None, shapes=None):
     wanted_ops = None if ops is None else {o if o.startswith("aten::") else "aten::" + o for o in ops}
-    return [c for c in EXTRA_CASES if (wanted_ops is None or c.op in wanted_ops) and (shapes is None or c.shape in shapes)]
+    return [c for c in EXTRA_CASES
+            if (wanted_ops is None or c.op in wanted_ops) and (shapes is None or c.shape in shapes)]
 
 
 def _rejected(op, call, device, dtype, stock=False):

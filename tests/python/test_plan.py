@@ -252,8 +252,9 @@ def test_average_pools_record_their_gather():
     assert bool((out == 7.0).all())
 
 
-MAX_POOLS = ["adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward.grad_input", "fractional_max_pool2d_backward",
-             "fractional_max_pool3d_backward.grad_input", "max_pool3d_with_indices_backward"]
+MAX_POOLS = ["adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward.grad_input",
+             "fractional_max_pool2d_backward", "fractional_max_pool3d_backward.grad_input",
+             "max_pool3d_with_indices_backward"]
 
 
 @pytest.mark.parametrize("op", MAX_POOLS)
