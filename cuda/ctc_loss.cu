@@ -1,6 +1,7 @@
 // _ctc_loss_backward on CUDA: launch glue over CtcBackwardOp (ops/ctc_loss_op.h). Checks are done by
 // ops/ctc_loss.cpp. No atomics on floating-point values: every output is computed by one thread with the
 // contract's tree (docs/order_contract.md, "Log-add-exp").
+#include "cuda/gather_launch.cuh"
 #include "ops/ctc_loss.h"
 #include "ops/ctc_loss_op.h"
 
@@ -180,14 +181,9 @@ __global__ void __launch_bounds__(kGradThreads) ctc_grad_warp_kernel(Op op) {
         const int64_t le = __shfl_sync(0xffffffffu, stop, from);
         const int64_t blocks = (le - ls + kBlock - 1) / kBlock;
         typename Op::BlockLevels levels;
-        for (int64_t g = 0; g < blocks; g += 32) {
-          const T mine = g + lane < blocks ? op.collect_block(t, n, ls, le, g + lane) : T(0);
-          const int in_group = blocks - g < 32 ? static_cast<int>(blocks - g) : 32;
-          for (int l = 0; l < in_group; ++l) {
-            const T sum = __shfl_sync(0xffffffffu, mine, l);
-            if (lane == 0) levels.push(sum, 1);
-          }
-        }
+        warp_block_sums<T>(
+            blocks, lane, [&](int64_t b) { return op.collect_block(t, n, ls, le, b); },
+            [&](T sum) { levels.push(sum, 1); });
         if (lane == 0) out[lc] = ctc::canonicalize_nan(op.grad_value(t, n, lc, levels.finish()));
       }
     }

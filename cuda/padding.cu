@@ -50,14 +50,9 @@ __global__ void __launch_bounds__(256, 4) pad_backward_warp_kernel(Op op, int64_
       const auto* plane = op.grad_out + ep * op.oplane;
       const index_t blocks = (ed.total() * eh.total() * ew.total() + kBlock - 1) / kBlock;
       typename Op::BlockTree tree;
-      for (index_t g = 0; g < blocks; g += 32) {
-        const acc_t mine = g + lane < blocks ? op.block_sum(ed, eh, ew, plane, g + lane) : acc_t(0);
-        const int in_group = blocks - g < 32 ? static_cast<int>(blocks - g) : 32;
-        for (int l = 0; l < in_group; ++l) {
-          const acc_t s = __shfl_sync(0xffffffffu, mine, l);
-          if (lane == 0) tree.push(s);
-        }
-      }
+      warp_block_sums<acc_t>(
+          blocks, lane, [&](index_t b) { return op.block_sum(ed, eh, ew, plane, b); },
+          [&](acc_t sum) { tree.push(sum); });
       if (lane == 0) op.grad_in[e] = tree.value();
     }
   }
