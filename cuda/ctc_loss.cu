@@ -226,10 +226,11 @@ void ctc_loss_backward_kernel(at::Tensor& out, const at::Tensor& grad_out, const
       if (rows_kernel) {
         ctc_beta_rows_kernel<<<static_cast<unsigned>(batch), beta_threads, 2 * max_positions * sizeof(scalar_t),
                                stream>>>(op);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
       } else {
         ctc_beta_kernel<<<static_cast<unsigned>(batch), beta_threads, 0, stream>>>(op);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
       ctc_grad_warp_kernel<<<static_cast<unsigned>(grad_blocks), kGradThreads, 0, stream>>>(op);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
