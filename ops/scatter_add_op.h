@@ -39,6 +39,7 @@ struct ScatterMap {
 // key is the destination's linear offset in the contiguous result.
 template <typename index_t>
 struct ScatterElements {
+  static constexpr bool kKeysAreOffsets = true;  // a key is its destination's offset, in one column
   const index_t* index;  // strided
   ScatterMap map;
 
@@ -67,6 +68,7 @@ struct ScatterElements {
 // order in the row-major index too, so the contract's tree sees the same sequence.
 template <typename index_t>
 struct ScatterRows {
+  static constexpr bool kKeysAreOffsets = false;
   const index_t* index;  // strided; read along `dim` only
   ScatterMap cols;       // the index's other dimensions (dim = -1): column -> src and self offsets
   int64_t index_stride;  // strides along `dim`
@@ -109,7 +111,14 @@ struct ScatterAddOp {
   }
   C10_HOST_DEVICE void finalize(int64_t k, int64_t c, acc_t total) const {
     const int64_t o = layout.out_offset(k, c);
-    out[o] = round_to<scalar_t>(add_rn(to_acc(out[o]), total));
+    out[o] = finalized(out[o], total, k);
+  }
+  C10_HOST_DEVICE scalar_t finalized(scalar_t old, acc_t total, int64_t /*k*/) const {
+    return round_to<scalar_t>(add_rn(to_acc(old), total));
+  }
+  // The CPU engine's dense destinations (has_dense_out, ops/sort_reduce_cpu.h): key k's is out[k].
+  scalar_t* dense_out() const {
+    return Layout::kKeysAreOffsets ? out : nullptr;
   }
 };
 

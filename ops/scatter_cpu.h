@@ -20,6 +20,7 @@ namespace detops::cpu {
 // index_off = e * index_strides[0], src_off = e * src_strides[0] and out_base = 0: the same bits.
 template <typename index_t>
 struct ScatterLine {
+  static constexpr bool kKeysAreOffsets = true;
   const index_t* index;
   int64_t index_stride;
   int64_t src_stride;
@@ -42,6 +43,7 @@ struct ScatterLine {
 // the same offsets with the column added as is, so the CPU engine's loops over a row's columns vectorise.
 template <typename index_t>
 struct ScatterRowLine {
+  static constexpr bool kKeysAreOffsets = false;
   const index_t* index;
   int64_t index_stride;
   int64_t src_stride;

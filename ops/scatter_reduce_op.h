@@ -98,7 +98,14 @@ struct ScatterReduceOp {
   }
   C10_HOST_DEVICE void finalize(int64_t k, int64_t c, acc_t total) const {
     const int64_t o = layout.out_offset(k, c);
-    out[o] = finish(out[o], total, counts == nullptr ? 0 : counts[k]);
+    out[o] = finalized(out[o], total, k);
+  }
+  C10_HOST_DEVICE scalar_t finalized(scalar_t old, acc_t total, int64_t k) const {
+    return finish(old, total, counts == nullptr ? 0 : counts[k]);
+  }
+  // The CPU engine's dense destinations (has_dense_out, ops/sort_reduce_cpu.h): key k's is out[k].
+  scalar_t* dense_out() const {
+    return Layout::kKeysAreOffsets ? out : nullptr;
   }
 };
 

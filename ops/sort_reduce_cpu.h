@@ -24,6 +24,7 @@
 #include <memory>
 #include <numeric>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace detops::cpu {
@@ -200,12 +201,12 @@ class UpperLevels {
   std::vector<acc_t> pool_;
 };
 
-// `a` where `pick`, else `b`, without a branch for 4- and 8-byte values (a fold's level 0 starts a block or
+// `a` where `pick`, else `b`, without a branch for 2-, 4- and 8-byte values (a fold's level 0 starts a block or
 // continues one about as often as not).
 template <typename T>
 inline T select_bits(bool pick, T a, T b) {
-  if constexpr (sizeof(T) == 4 || sizeof(T) == 8) {
-    using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  if constexpr (sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8) {
+    using U = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
     U ua, ub;
     std::memcpy(&ua, &a, sizeof(T));
     std::memcpy(&ub, &b, sizeof(T));
@@ -269,6 +270,44 @@ struct combine_identity<Last, acc_t> {
   static constexpr bool exists = true;  // Last(a, v) is v
   static acc_t value() { return acc_t{}; }
 };
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DETOPS_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define DETOPS_ALWAYS_INLINE inline
+#endif
+
+// An op may lay its one column's destinations out densely for the engine (optional): dense_out() non-null
+// means key k's only destination is dense_out()[k], and finalized(old, total, k) is what finalize(k, 0, total)
+// stores there over `old`. Then ColumnReducer::finish takes every key of a chunk in one branch-free loop that
+// stores finalized() where the key received a contribution and the old bits elsewhere (the compiler
+// vectorises it), instead of listing the keys that received one and finalizing them one by one.
+template <typename Op, typename = void>
+struct has_dense_out : std::false_type {};
+template <typename Op>
+struct has_dense_out<Op, std::void_t<decltype(std::declval<const Op&>().dense_out())>> : std::true_type {};
+
+// ColumnReducer::finish_dense's loop over `len` destinations from key key_base on: finalized() where the key's
+// level 0 `z` counts a contribution, else the old bits. `op` is a copy, which the stores cannot reach.
+template <typename Op, typename T, typename Level0>
+DETOPS_ALWAYS_INLINE void select_finalized(const Op op, T* dest, const Level0* z, int64_t key_base, int64_t len) {
+  for (int64_t q = 0; q < len; ++q) {
+    const T old = dest[q];
+    dest[q] = select_bits(z[q].count != 0, op.finalized(old, z[q].sum, key_base + q), old);
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DETOPS_SELECT_AVX2 1
+// The same loop in 32-byte vectors where the CPU has them (the library is built for the baseline x86-64).
+template <typename Op, typename T, typename Level0>
+__attribute__((target("avx2"))) void select_finalized_avx2(const Op& op, T* dest, const Level0* z, int64_t key_base,
+                                                           int64_t len) {
+  select_finalized(op, dest, z, key_base, len);
+}
+#else
+#define DETOPS_SELECT_AVX2 0
+#endif
 
 // One column (D == 1), keys [key_lo, key_lo + num_keys): each key's level 0 (its count of contributions and
 // its open block's fold) side by side in one dense array. One pass in source order, a load (but within a run
@@ -355,6 +394,13 @@ class ColumnReducer {
     // is as good as random), then finalized; where no key has more than kBlock contributions (no higher
     // levels), each from its level 0 alone.
     constexpr int64_t kChunk = 1024;
+    if constexpr (has_dense_out<Op>::value) {
+      if (upper.empty() && op_.dense_out() != nullptr) {
+        for (int64_t lo = 0; lo < num_keys_; lo += kChunk) finish_dense(lo, std::min(kChunk, num_keys_ - lo));
+        level0_records_.mark_clean();
+        return;
+      }
+    }
     int32_t listed[kChunk + kListSlack];
     for (int64_t lo = 0; lo < num_keys_; lo += kChunk) {
       const int64_t len = std::min(kChunk, num_keys_ - lo);
@@ -396,6 +442,28 @@ class ColumnReducer {
   }
 
  private:
+  // Keys [lo, lo + len) of a call without higher levels, through the op's dense destinations (has_dense_out):
+  // each destination takes finalized() where its key received a contribution and keeps its bits elsewhere;
+  // then the chunk's level 0 is put back to empty (CleanRecords) by doubling copies.
+  void finish_dense(int64_t lo, int64_t len) {
+    auto* const dest = op_.dense_out() + key_lo_ + lo;
+#if DETOPS_SELECT_AVX2
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) {
+      select_finalized_avx2(op_, dest, level0_ + lo, key_lo_ + lo, len);
+    } else {
+      select_finalized(op_, dest, level0_ + lo, key_lo_ + lo, len);
+    }
+#else
+    select_finalized(op_, dest, level0_ + lo, key_lo_ + lo, len);
+#endif
+    Level0* const w = level0_ + lo;
+    w[0] = {Identity::value(), 0};
+    for (int64_t have = 1; have < len; have *= 2) {
+      std::memcpy(w + have, w, static_cast<size_t>(std::min(have, len - have)) * sizeof(Level0));
+    }
+  }
+
   template <bool kRuns, typename KeyOf>
   void pass(int64_t n, const KeyOf& key_of_arg) {
     // Local copies: the loop's stores into level0_ cannot reach them, so their fields stay in registers.
@@ -587,6 +655,15 @@ struct ListedOp {
   template <typename acc_t>
   void finalize(int64_t k, int64_t c, acc_t total) const {
     op.finalize(k, c, total);
+  }
+  // The op's dense destinations, where it has them (has_dense_out): the keys are the op's.
+  template <typename O = Op>
+  auto dense_out() const -> decltype(std::declval<const O&>().dense_out()) {
+    return op.dense_out();
+  }
+  template <typename T, typename acc_t>
+  T finalized(T old, acc_t total, int64_t k) const {
+    return op.finalized(old, total, k);
   }
 };
 

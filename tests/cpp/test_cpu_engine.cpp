@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -428,6 +429,112 @@ TEST(CpuEngine, KeysOfAtMostOneBlockMatchTheSortedPlan) {
         },
         n, num_keys, 1, 1, "MaxNan double, " + what);
   }
+}
+
+// A one-column op whose destinations are dense (has_dense_out, ops/sort_reduce_cpu.h) where `dense`: finalize
+// adds the total into out[k] in T, as the scatter family's does. finalized() counts its calls: the dense
+// finish makes one per key, the listing one per key that received a contribution.
+template <typename T>
+struct DenseAddOp {
+  using acc_t = detops::acc_type<T>;
+  const int64_t* keys;
+  const acc_t* values;
+  T* out;
+  bool dense;
+  std::atomic<int64_t>* finalized_calls;
+
+  int64_t key(int64_t i) const { return keys[i]; }
+  acc_t contribution(int64_t i, int64_t) const { return values[i]; }
+  void finalize(int64_t k, int64_t, acc_t total) const { out[k] = finalized(out[k], total, k); }
+  T finalized(T old, acc_t total, int64_t) const {
+    finalized_calls->fetch_add(1, std::memory_order_relaxed);
+    return detops::round_to<T>(detops::add_rn(detops::to_acc(old), total));
+  }
+  T* dense_out() const { return dense ? out : nullptr; }
+};
+
+// Destinations before the call: small values, with a share of special bits (NaNs of several payloads,
+// signalling ones among them, both zeros, subnormals) that a key without contributions must keep.
+template <typename T, typename bits_t>
+std::vector<T> destinations_with_special_bits(std::mt19937& rng, int64_t count) {
+  const bits_t exp_mask = static_cast<bits_t>(sizeof(T) == 8 ? 0x7ff0000000000000ull
+                                              : sizeof(T) == 4 ? 0x7f800000u
+                                              : std::is_same_v<T, c10::BFloat16> ? 0x7f80u : 0x7c00u);
+  const bits_t sign = static_cast<bits_t>(bits_t{1} << (sizeof(T) * 8 - 1));
+  std::vector<T> v(count);
+  for (int64_t j = 0; j < count; ++j) {
+    bits_t b;
+    const uint32_t r = rng() % 8;
+    if (r == 0) {
+      b = exp_mask | static_cast<bits_t>(1 + rng() % 3) | (rng() % 2 ? sign : bits_t{0});  // a signalling NaN
+    } else if (r == 1) {
+      b = rng() % 2 ? sign : bits_t{0};  // a zero
+    } else if (r == 2) {
+      b = static_cast<bits_t>(1 + rng() % 5);  // a subnormal
+    } else {
+      const T x = static_cast<T>(static_cast<float>(static_cast<int>(rng() % 200) - 100) / 8);
+      std::memcpy(&b, &x, sizeof b);
+    }
+    std::memcpy(&v[j], &b, sizeof b);
+  }
+  return v;
+}
+
+// The dense finish against the listing, bit for bit: keys of at most kBlock contributions (the dense finish
+// runs), and a hot key of 40 (higher levels: the listing runs for both), on 1 thread and on 2 (the part's
+// ListedOp forwards the dense destinations).
+template <typename T, typename bits_t>
+void compare_dense_finish(const char* name) {
+  using acc_t = detops::acc_type<T>;
+  std::mt19937 rng(41);
+  for (const int64_t num_keys : {int64_t{1}, int64_t{1000}, int64_t{1041}, int64_t{40000}}) {
+    for (const bool hot : {false, true}) {
+      for (const int threads : {1, 2}) {
+        const int64_t n = threads == 2 ? 3 * detops::cpu::detail::kParallelGrain : num_keys + 17;
+        std::vector<int64_t> keys(n);
+        for (int64_t i = 0; i < n; ++i) {
+          keys[i] = rng() % 10 == 0 ? detops::kSkipKey : static_cast<int64_t>(rng() % num_keys);
+        }
+        if (hot) std::fill(keys.begin(), keys.begin() + 40, num_keys - 1);
+        if (!hot) {
+          // At most kBlock contributions per key.
+          std::vector<int64_t> seen(num_keys, 0);
+          for (int64_t& k : keys) {
+            if (k != detops::kSkipKey && ++seen[k] > detops::kBlock) k = detops::kSkipKey;
+          }
+        }
+        std::vector<acc_t> values(n);
+        for (acc_t& x : values) x = static_cast<acc_t>(static_cast<int>(rng() % 2001) - 1000) / acc_t(64);
+        const std::vector<T> before = destinations_with_special_bits<T, bits_t>(rng, num_keys);
+        std::vector<T> listed = before, dense = before;
+        std::atomic<int64_t> listed_calls{0}, dense_calls{0};
+        const int saved = at::get_num_threads();
+        at::set_num_threads(threads);
+        detops::cpu::sort_reduce<acc_t>(DenseAddOp<T>{keys.data(), values.data(), listed.data(), false, &listed_calls},
+                                        n, num_keys, 1);
+        detops::cpu::sort_reduce<acc_t>(DenseAddOp<T>{keys.data(), values.data(), dense.data(), true, &dense_calls}, n,
+                                        num_keys, 1);
+        at::set_num_threads(saved);
+        const std::string what = std::string(name) + ", keys " + std::to_string(num_keys) + (hot ? ", hot" : "") +
+                                 ", " + std::to_string(threads) + " thread(s)";
+        EXPECT_EQ(std::memcmp(listed.data(), dense.data(), num_keys * sizeof(T)), 0) << what;
+        EXPECT_NE(std::memcmp(listed.data(), before.data(), num_keys * sizeof(T)), 0) << what;
+        EXPECT_LE(listed_calls.load(), num_keys) << what;
+        if (!hot) {
+          EXPECT_EQ(dense_calls.load(), num_keys) << what;  // every key through the dense finish
+        } else if (threads == 1) {
+          EXPECT_EQ(dense_calls.load(), listed_calls.load()) << what;  // higher levels: the listing
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuEngine, DenseFinishGivesTheListingsBits) {
+  compare_dense_finish<float, uint32_t>("float");
+  compare_dense_finish<double, uint64_t>("double");
+  compare_dense_finish<c10::Half, uint16_t>("half");
+  compare_dense_finish<c10::BFloat16, uint16_t>("bfloat16");
 }
 
 TEST(CpuEngine, ListingNonzeroCountsAgreesAtEveryVectorWidth) {
