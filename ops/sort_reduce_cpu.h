@@ -351,10 +351,10 @@ class ColumnReducer {
     }
   }
 
-  // Every contribution i in [0, n) in increasing i, to key key_lo + key_of(i) (none where key_of(i) < 0).
-  // Runs once. Keys that come in runs (a hot destination, sorted keys) take the pass that keeps the run's
-  // level 0 in registers, whose additions then wait on each other and not on a store and a load; the others
-  // the pass without that check. Which one runs changes no bits.
+  // Every contribution i in [0, n) in increasing i, to key key_lo + key_of(i) (none where key_of(i) is outside
+  // [0, num_keys)). Runs once. Keys that come in runs (a hot destination, sorted keys) take the pass that keeps
+  // the run's level 0 in registers, whose additions then wait on each other and not on a store and a load; the
+  // others the pass without that check. Which one runs changes no bits.
   template <typename KeyOf>
   void run(int64_t n, const KeyOf& key_of) {
     const int64_t probe = std::min<int64_t>(n, 64);
@@ -474,9 +474,10 @@ class ColumnReducer {
     int64_t full = 0;
     int64_t prev = -1;
     Level0 z{};
+    const uint64_t num_keys = static_cast<uint64_t>(num_keys_);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = key_of(i);
-      if (k < 0) continue;
+      if (static_cast<uint64_t>(k) >= num_keys) continue;
       const acc_t v = op.contribution(i, 0);
       if (!kRuns || k != prev) z = level0[k];
       prev = k;
@@ -677,10 +678,10 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   const bool parallel = threads > 1 && n * D >= kParallelGrain;
   if (!parallel && D == 1) {
     ColumnReducer<acc_t, Op> r(op, 0, num_keys, n);
-    r.run(n, [op, num_keys](int64_t i) {
-      const int64_t k = op.key(i);
-      // NB: kSkipKey is dropped; so is an invalid key (the front ends validate indices on the CPU path).
-      return static_cast<uint64_t>(k) < static_cast<uint64_t>(num_keys) ? k : int64_t{-1};
+    r.run(n, [op](int64_t i) {
+      // NB: kSkipKey is dropped; so is an invalid key (the front ends validate indices on the CPU path): the
+      // pass skips every key outside [0, num_keys).
+      return op.key(i);
     });
     r.finish();
     return;
