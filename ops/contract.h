@@ -178,25 +178,28 @@ struct MulRn {
 // The combines of reduce='amax' / 'amin', stock's serial rule `v is NaN ? v : max(acc, v)` made associative:
 // the last NaN in source order wins, else the first of the largest (smallest) values, so -0.0 and +0.0 tie
 // and the earlier one stays. NB: both rules are selections, so the tree's shape does not change the bits
-// (docs/order_contract.md, "Reductions").
+// (docs/order_contract.md, "Reductions"). Written as selections without a branch, so that a loop over a row's
+// columns vectorises; the value is the rule's in every case.
 struct MaxNan {
   template <typename T>
   C10_HOST_DEVICE T operator()(T a, T b) const {
+    T r = b > a ? b : a;
     if constexpr (std::is_floating_point_v<T>) {
-      if (b != b) return b;
-      if (a != a) return a;
+      r = a != a ? a : r;
+      r = b != b ? b : r;
     }
-    return b > a ? b : a;
+    return r;
   }
 };
 struct MinNan {
   template <typename T>
   C10_HOST_DEVICE T operator()(T a, T b) const {
+    T r = b < a ? b : a;
     if constexpr (std::is_floating_point_v<T>) {
-      if (b != b) return b;
-      if (a != a) return a;
+      r = a != a ? a : r;
+      r = b != b ? b : r;
     }
-    return b < a ? b : a;
+    return r;
   }
 };
 

@@ -147,6 +147,31 @@ TEST(Contract, MaxMinCombinesAreSelectionsWhateverTheTreeShape) {
   EXPECT_TRUE(std::isnan(detops::tree_reduce<float>(3000, [&](int64_t i) { return v[i]; }, buf.data(), mn)));
 }
 
+// The combines against their rule stated with branches, bit for bit, over every ordered pair of special values: NaNs
+// of several payloads and both signs (the later operand's wins), both zeros, infinities, subnormals, ties.
+TEST(Contract, MaxMinCombinesGiveTheRulesBitsOnEveryPair) {
+  const auto rule = [](float a, float b, bool is_max) {
+    if (b != b) return b;
+    if (a != a) return a;
+    return (is_max ? b > a : b < a) ? b : a;
+  };
+  std::vector<float> specials;
+  for (const uint32_t u : {0x7fc00000u, 0xffc00001u, 0x7f800005u, 0x7fc12345u, 0x00000000u, 0x80000000u, 0x7f800000u,
+                           0xff800000u, 0x00000001u, 0x80000003u, 0x3f800000u, 0xbf800000u, 0x3f800000u}) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    specials.push_back(f);
+  }
+  const detops::MaxNan mx;
+  const detops::MinNan mn;
+  for (const float a : specials) {
+    for (const float b : specials) {
+      EXPECT_EQ(bits_of(mx(a, b)), bits_of(rule(a, b, true))) << bits_of(a) << " max " << bits_of(b);
+      EXPECT_EQ(bits_of(mn(a, b)), bits_of(rule(a, b, false))) << bits_of(a) << " min " << bits_of(b);
+    }
+  }
+}
+
 TEST(Contract, WrapCombinesAreExactModuloTwoToThe64) {
   EXPECT_EQ(detops::WrapAdd()(INT64_MAX, 1), INT64_MIN);
   EXPECT_EQ(detops::WrapMul()(int64_t{1} << 62, 4), 0);
