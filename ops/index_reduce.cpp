@@ -15,6 +15,7 @@
 #include <ATen/ops/index_reduce_cuda_dispatch.h>
 
 #include <string>
+#include <type_traits>
 
 namespace detops {
 namespace {
@@ -69,6 +70,44 @@ bool int64_dtype(at::ScalarType t) {
   return t == at::kByte || t == at::kChar || t == at::kShort || t == at::kInt || t == at::kLong;
 }
 
+// IndexReduceOp over a self with no outer slice (every dimension before `dim` of size 1), so that column c is
+// element c of a row: the same keys and arithmetic (IndexReduceOp::finalized) with no per-column index
+// arithmetic, so the CPU engine's loops over a row's columns vectorise.
+template <typename Op>
+struct IndexReduceRowOp {
+  using acc_t = typename Op::acc_t;
+  using Combine = typename Op::Combine;
+  Op op;
+
+  int64_t key(int64_t i) const {
+    return op.key(i);
+  }
+  acc_t contribution(int64_t i, int64_t c) const {
+    return to_acc(op.src[i * op.inner + c]);
+  }
+  void finalize(int64_t k, int64_t c, acc_t total) const {
+    auto& d = op.out[k * op.inner + c];
+    d = op.finalized(d, total, k);
+  }
+};
+
+// index_reduce_compute (ops/index_reduce_op.h) on the CPU engine, through IndexReduceRowOp where it applies: the
+// same engine call.
+void index_reduce_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                      Reduction reduce, bool include_self, IntDtype ints) {
+  with_index_reduce_op<cpu::Engine>(result, dim, index, source, reduce, include_self, ints,
+                                    [&](const auto& op, int64_t n, int64_t dim_size, int64_t columns) {
+    using Op = std::decay_t<decltype(op)>;
+    using acc_t = typename Op::acc_t;
+    if (op.inner == columns) {  // one outer slice
+      const IndexReduceRowOp<Op> rows{op};
+      cpu::Engine::sort_reduce<acc_t>(kOp, rows, n, dim_size, columns, result);
+    } else {
+      cpu::Engine::sort_reduce<acc_t>(kOp, op, n, dim_size, columns, result);
+    }
+  });
+}
+
 }  // namespace
 
 at::Tensor& index_reduce_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
@@ -100,7 +139,7 @@ at::Tensor& index_reduce_(at::Tensor& self, int64_t dim, const at::Tensor& index
   if (work.is_cuda()) {
     cuda::index_reduce_kernel(work, dim, index64, src, r, include_self, int_dtype);
   } else {
-    index_reduce_compute<cpu::Engine>(work, dim, index64, src, r, include_self, int_dtype);
+    index_reduce_cpu(work, dim, index64, src, r, include_self, int_dtype);
   }
   if (!work.is_same(self)) self.copy_(work);
   return self;

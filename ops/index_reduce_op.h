@@ -46,7 +46,12 @@ struct IndexReduceOp {
     const int64_t o = c < inner ? 0 : c / inner;  // no division for the first (often only) outer slice
     const int64_t j = c - o * inner;
     scalar_t& d = out[(o * keys.dim_size + k) * inner + j];
-    d = finish(d, total, counts == nullptr ? 0 : counts[k]);
+    d = finalized(d, total, k);
+  }
+  // Destination row k's element holding `old`, given its total (the CPU engine's row path, IndexReduceRowOp in
+  // ops/index_reduce.cpp, calls it too).
+  C10_HOST_DEVICE scalar_t finalized(scalar_t old, acc_t total, int64_t k) const {
+    return finish(old, total, counts == nullptr ? 0 : counts[k]);
   }
 };
 
@@ -56,14 +61,17 @@ struct IndexReduceOp {
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros.h>
 
+#include <type_traits>
+
 namespace detops {
 
-// result (contiguous, holding self; a floating dtype, or int64 holding an integer tensor of dtype `ints`)
-// gets the index_reduce of `source` (result's dtype) on an engine (cpu::Engine or cuda::Engine); index is
-// int64 and contiguous, `dim` wrapped, the arguments checked by the front end.
-template <typename Engine>
-void index_reduce_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& source,
-                          Reduction reduce, bool include_self, IntDtype ints) {
+// Calls f(op, n, dim_size, columns) with the IndexReduceOp of result's dtype and `reduce` over result
+// (contiguous, holding self; a floating dtype, or int64 holding an integer tensor of dtype `ints`) and `source`
+// (result's dtype); index is int64 and contiguous, `dim` wrapped, the arguments checked by the front end. The
+// mean's counts come from Engine (cpu::Engine or cuda::Engine).
+template <typename Engine, typename F>
+void with_index_reduce_op(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                          Reduction reduce, bool include_self, IntDtype ints, F&& f) {
   const int64_t n = index.numel();
   const int64_t dim_size = result.dim() == 0 ? 1 : result.size(dim);
   const int64_t columns = dim_size == 0 ? 0 : result.numel() / dim_size;
@@ -89,9 +97,21 @@ void index_reduce_compute(at::Tensor& result, int64_t dim, const at::Tensor& ind
         op.inner = inner;
         op.counts = counts.defined() ? counts.const_data_ptr<int64_t>() : nullptr;
         op.finish = {include_self, ints.bits, ints.is_unsigned};
-        Engine::template sort_reduce<acc_type<scalar_t>>("index_reduce_", op, n, dim_size, columns, result);
+        f(op, n, dim_size, columns);
       }
     });
+  });
+}
+
+// result gets the index_reduce of `source` on an engine (cpu::Engine or cuda::Engine); the arguments as for
+// with_index_reduce_op.
+template <typename Engine>
+void index_reduce_compute(at::Tensor& result, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                          Reduction reduce, bool include_self, IntDtype ints) {
+  with_index_reduce_op<Engine>(result, dim, index, source, reduce, include_self, ints,
+                               [&](const auto& op, int64_t n, int64_t dim_size, int64_t columns) {
+    using acc_t = typename std::decay_t<decltype(op)>::acc_t;
+    Engine::template sort_reduce<acc_t>("index_reduce_", op, n, dim_size, columns, result);
   });
 }
 
