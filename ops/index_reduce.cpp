@@ -99,7 +99,8 @@ void index_reduce_cpu(at::Tensor& result, int64_t dim, const at::Tensor& index, 
                                     [&](const auto& op, int64_t n, int64_t dim_size, int64_t columns) {
     using Op = std::decay_t<decltype(op)>;
     using acc_t = typename Op::acc_t;
-    if (op.inner == columns) {  // one outer slice
+    // One column (a 1-d self) keeps the plain op: through the row op, the one-column pass measured slower.
+    if (op.inner == columns && columns > 1) {  // one outer slice, rows
       const IndexReduceRowOp<Op> rows{op};
       cpu::Engine::sort_reduce<acc_t>(kOp, rows, n, dim_size, columns, result);
     } else {
