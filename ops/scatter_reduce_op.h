@@ -103,6 +103,19 @@ struct ScatterReduceOp {
   C10_HOST_DEVICE scalar_t finalized(scalar_t old, acc_t total, int64_t k) const {
     return finish(old, total, counts == nullptr ? 0 : counts[k]);
   }
+  // finalize() of key k's columns [c0, c0 + cols) (the CPU engine's rows: has_finalize_columns,
+  // ops/sort_reduce_cpu.h): mean's count read once, so that the loop vectorises (reading it per column, as
+  // finalized() does, kept the loop scalar).
+  void finalize_columns(int64_t k, int64_t c0, int64_t cols, const acc_t* total) const {
+    const int64_t count = counts == nullptr ? 0 : counts[k];
+    const ReduceFinish<scalar_t, R> f = finish;
+    const Layout l = layout;
+    scalar_t* const o = out;
+    for (int64_t c = 0; c < cols; ++c) {
+      scalar_t& d = o[l.out_offset(k, c0 + c)];
+      d = f(d, total[c], count);
+    }
+  }
   // The CPU engine's dense destinations (has_dense_out, ops/sort_reduce_cpu.h): key k's is out[k].
   scalar_t* dense_out() const {
     return Layout::kKeysAreOffsets ? out : nullptr;

@@ -287,6 +287,16 @@ struct has_dense_out : std::false_type {};
 template <typename Op>
 struct has_dense_out<Op, std::void_t<decltype(std::declval<const Op&>().dense_out())>> : std::true_type {};
 
+// An op may finish one key's run of columns at once (optional): finalize_columns(k, c0, cols, total) stores what
+// finalize(k, c0 + c, total[c]) stores, for every c in [0, cols), with what depends on the key alone read once, so
+// that its loop over the columns vectorises. RowReducer calls it where the op has it.
+template <typename Op, typename acc_t, typename = void>
+struct has_finalize_columns : std::false_type {};
+template <typename Op, typename acc_t>
+struct has_finalize_columns<Op, acc_t,
+                            std::void_t<decltype(std::declval<const Op&>().finalize_columns(
+                                int64_t{}, int64_t{}, int64_t{}, std::declval<const acc_t*>()))>> : std::true_type {};
+
 // ColumnReducer::finish_dense's loop over `len` destinations from key key_base on: finalized() where the key's
 // level 0 `z` counts a contribution, else the old bits. `op` is a copy, which the stores cannot reach.
 template <typename Op, typename T, typename Level0>
@@ -609,7 +619,11 @@ class RowReducer {
     }
     if (st.seen < st.total) return;
     const acc_t* total = st.total <= static_cast<uint32_t>(kBlock) ? s : upper_.finish(st.upper, st.total, s);
-    for (int64_t c = 0; c < cols_; ++c) op.finalize(key_lo_ + k, col_lo_ + c, total[c]);
+    if constexpr (has_finalize_columns<Op, acc_t>::value) {
+      op.finalize_columns(key_lo_ + k, col_lo_, cols_, total);
+    } else {
+      for (int64_t c = 0; c < cols_; ++c) op.finalize(key_lo_ + k, col_lo_ + c, total[c]);
+    }
     free_.push_back(slot);
   }
 
