@@ -537,13 +537,17 @@ void avg_pool_backward_compute(at::Tensor& grad_in, const at::Tensor& grad_out, 
   });
 }
 
+// The most acc_t values avg_pool_backward_planes_cpu tabulates per thread for a plane's padded W rows; above
+// it the rows are padded per use.
+constexpr int64_t kAvgPoolRowTable = int64_t{1} << 18;
+
 // Average pools, the CPU path: (N, C) planes in parallel. The covering outputs of each input position are
 // tabulated once per call and each output's contribution once per plane, so no element divides; each
-// element runs the op's gather() (rows of at most kBlock windows per element: the same left fold, the row's
-// elements side by side), the bits of avg_pool_backward_compute.
+// element's value is the op's gather() over the same sequence (docs/order_contract.md), the bits of
+// avg_pool_backward_compute. row_table bounds the padded W rows' table (kAvgPoolRowTable; tests lower it).
 template <typename scalar_t>
 void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& d, bool adaptive,
-                                  bool count_include_pad, int64_t divisor_override) {
+                                  bool count_include_pad, int64_t divisor_override, int64_t row_table) {
   using acc_t = acc_type<scalar_t>;
   const auto op =
       make_avg_pool_op<scalar_t, int64_t, false>(grad_in, grad_out, d, adaptive, count_include_pad, divisor_override);
@@ -554,10 +558,13 @@ void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
     inside[k].resize(static_cast<size_t>(d.osize[k]));
     for (int64_t o = 0; o < d.osize[k]; ++o) op.window_sizes(k, o, size[k][o], inside[k][o]);
   }
-  const int64_t iplane = d.isize[0] * d.isize[1] * d.isize[2];
+  const int64_t width = d.isize[2];
+  const int64_t iplane = d.isize[0] * d.isize[1] * width;
   const int64_t oplane = d.osize[0] * d.osize[1] * d.osize[2];
+  const int64_t pairs = d.osize[0] * d.osize[1];  // (ot, oh) rows of outputs
   int64_t singles = 1;  // input positions of a plane covered by exactly one output
   int64_t most = 1;     // the most outputs covering one input position
+  int64_t kw = 0;       // the most outputs covering one W position
   for (int k = 0; k < 3; ++k) {
     int64_t n = 0, m = 0;
     for (size_t i = 0; i < lo[k].size(); ++i) {
@@ -566,43 +573,61 @@ void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
     }
     singles *= n;
     most *= m;
+    if (k == 2) kw = m;
   }
   // Many planes, mostly single (pooling heads): per input position of a plane, the one output covering it (0 if none
-  // or several), and the others with the runs gather() walks. Else per row, the W positions covered by
-  // other than one.
+  // or several), and the others with the runs gather() walks. Else, where every element is one block of at most
+  // kBlock, per row of W positions (padded rows, below); else per element.
   const int64_t planes = grad_in.numel() / iplane;
   const bool by_table = planes >= 8 && 4 * singles >= 3 * iplane;
+  const bool by_rows = !by_table && most <= kBlock;
   std::vector<int64_t> only(by_table ? static_cast<size_t>(iplane) : 0);
   struct Multi {
     int64_t at, lo[3], hi[3];
   };
   std::vector<Multi> multi;
-  std::vector<int64_t> w_first(static_cast<size_t>(d.isize[2])), w_multi;
-  for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
-    const bool one = hi[2][iw] - lo[2][iw] == 1;
-    w_first[iw] = one ? lo[2][iw] : 0;
-    if (!one) w_multi.push_back(iw);
-  }
   if (by_table) {
     int64_t e = 0;
     for (int64_t it = 0; it < d.isize[0]; ++it) {
-      for (int64_t ih = 0; ih < d.isize[1]; ++ih, e += d.isize[2]) {
+      for (int64_t ih = 0; ih < d.isize[1]; ++ih, e += width) {
         const int64_t l[3] = {lo[0][it], lo[1][ih], 0};
         const int64_t h[3] = {hi[0][it], hi[1][ih], 0};
         const bool one_row = h[0] - l[0] == 1 && h[1] - l[1] == 1;
         const int64_t base = (l[0] * d.osize[1] + l[1]) * d.osize[2];
-        for (int64_t iw = 0; iw < d.isize[2]; ++iw) only[e + iw] = one_row ? base + w_first[iw] : 0;
-        for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
-          if (one_row && hi[2][iw] - lo[2][iw] == 1) continue;
-          multi.push_back(Multi{e + iw, {l[0], l[1], lo[2][iw]}, {h[0], h[1], hi[2][iw]}});
+        for (int64_t iw = 0; iw < width; ++iw) {
+          const bool one = one_row && hi[2][iw] - lo[2][iw] == 1;
+          only[e + iw] = one ? base + lo[2][iw] : 0;
+          if (!one) multi.push_back(Multi{e + iw, {l[0], l[1], lo[2][iw]}, {h[0], h[1], hi[2][iw]}});
         }
       }
     }
   }
+  // A padded row of output row (ot, oh): kw lines of `line` >= W values, line k holding at iw the contribution of
+  // output ow = lo[iw] + k where k < hi[iw] - lo[iw], else -0. NB: -0 is the identity of round-to-nearest addition
+  // (v + -0 is v, bit for bit, for every v: +0, -0 and NaN included), so adding a row's lines to running sums
+  // started at -0, in (ot, oh) order, adds per element exactly gather()'s sequence in its order: the left fold of
+  // one block. The filled slots are (slot_at, slot_from): position in the row and ow.
+  constexpr int64_t kChunk = 8;  // W positions summed at once, in registers
+  const int64_t line = (width + kChunk - 1) / kChunk * kChunk;
+  std::vector<int64_t> slot_at, slot_from;
+  if (by_rows) {
+    for (int64_t k = 0; k < kw; ++k) {
+      for (int64_t iw = 0; iw < width; ++iw) {
+        if (k >= hi[2][iw] - lo[2][iw]) continue;
+        slot_at.push_back(k * line + iw);
+        slot_from.push_back(lo[2][iw] + k);
+      }
+    }
+  }
+  const int64_t row_len = kw * line;
+  // Every padded row of a plane tabulated at once, where they fit row_table.
+  const bool whole = by_rows && (row_len == 0 || pairs <= row_table / row_len);
+  const size_t slots = slot_at.size();
   const int64_t grain = std::max<int64_t>(1, 32768 / (iplane + oplane));
   at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> c(static_cast<size_t>(oplane));
-    std::vector<acc_t> row(static_cast<size_t>(!by_table && most <= kBlock ? d.isize[2] : 0));
+    std::vector<acc_t> rows(by_rows ? static_cast<size_t>((whole ? pairs : 1) * row_len) : 0, acc_t(-0.0));
+    std::vector<acc_t> sums(by_rows && !whole ? static_cast<size_t>(width) : 0);
     for (int64_t p = begin; p < end; ++p) {
       const scalar_t* g = op.grad_out + p * oplane;
       acc_t* cp = c.data();
@@ -626,46 +651,63 @@ void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
         for (const Multi& m : multi) out[m.at] = op.gather(m.lo, m.hi, get);
         continue;
       }
-      for (int64_t it = 0; it < d.isize[0]; ++it) {
-        for (int64_t ih = 0; ih < d.isize[1]; ++ih, out += d.isize[2]) {
-          const int64_t l[3] = {lo[0][it], lo[1][ih], 0};
-          const int64_t h[3] = {hi[0][it], hi[1][ih], 0};
-          if (h[0] - l[0] == 1 && h[1] - l[1] == 1) {
-            // One output along T and H: as above, along the row.
-            const acc_t* crow = cc + (l[0] * d.osize[1] + l[1]) * d.osize[2];
-            for (int64_t iw = 0; iw < d.isize[2]; ++iw) out[iw] = op.single(crow[w_first[iw]]);
-            for (const int64_t iw : w_multi) {
-              const int64_t l3[3] = {l[0], l[1], lo[2][iw]};
-              const int64_t h3[3] = {h[0], h[1], hi[2][iw]};
-              out[iw] = op.gather(l3, h3, get);
+      if (!by_rows) {
+        for (int64_t it = 0; it < d.isize[0]; ++it) {
+          for (int64_t ih = 0; ih < d.isize[1]; ++ih, out += width) {
+            for (int64_t iw = 0; iw < width; ++iw) {
+              const int64_t l[3] = {lo[0][it], lo[1][ih], lo[2][iw]};
+              const int64_t h[3] = {hi[0][it], hi[1][ih], hi[2][iw]};
+              out[iw] = op.gather(l, h, get);
             }
-          } else if (most <= kBlock) {
-            // Every element one block of at most kBlock: the row's elements folded side by side, the (ot, oh)
-            // pairs outer in ascending order, each element's outputs along W inner: per element the left fold
-            // of gather()'s BlockFold over the same sequence.
-            acc_t* r = row.data();
-            bool first = true;
-            for (int64_t ot = l[0]; ot < h[0]; ++ot) {
-              for (int64_t oh = l[1]; oh < h[1]; ++oh, first = false) {
-                const acc_t* crow = cc + (ot * d.osize[1] + oh) * d.osize[2];
-                for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
-                  const int64_t w0 = lo[2][iw], w1 = hi[2][iw];
-                  if (w0 == w1) continue;
-                  acc_t v = first ? crow[w0] : add_rn(r[iw], crow[w0]);
-                  for (int64_t ow = w0 + 1; ow < w1; ++ow) v = add_rn(v, crow[ow]);
-                  r[iw] = v;
+          }
+        }
+        continue;
+      }
+      const auto fill = [&](int64_t pair, acc_t* row) {
+        const acc_t* crow = cc + pair * d.osize[2];
+        for (size_t s = 0; s < slots; ++s) row[slot_at[s]] = crow[slot_from[s]];
+      };
+      if (whole) {
+        for (int64_t pair = 0; pair < pairs; ++pair) fill(pair, rows.data() + pair * row_len);
+      }
+      for (int64_t it = 0; it < d.isize[0]; ++it) {
+        for (int64_t ih = 0; ih < d.isize[1]; ++ih, out += width) {
+          const int64_t ot0 = lo[0][it], ot1 = hi[0][it], oh0 = lo[1][ih], oh1 = hi[1][ih];
+          if (!whole) {
+            // Each (ot, oh) row padded as it is used, its lines added to the W sums.
+            acc_t* __restrict sum = sums.data();
+            std::fill(sum, sum + width, acc_t(-0.0));
+            for (int64_t ot = ot0; ot < ot1; ++ot) {
+              for (int64_t oh = oh0; oh < oh1; ++oh) {
+                fill(ot * d.osize[1] + oh, rows.data());
+                for (int64_t k = 0; k < kw; ++k) {
+                  const acc_t* __restrict x = rows.data() + k * line;
+                  for (int64_t iw = 0; iw < width; ++iw) sum[iw] = add_rn(sum[iw], x[iw]);
                 }
               }
             }
-            for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
-              const bool none = first || lo[2][iw] == hi[2][iw];
-              out[iw] = none ? round_to<scalar_t>(acc_t(0)) : op.single(r[iw]);
+            for (int64_t iw = 0; iw < width; ++iw) out[iw] = op.single(sum[iw]);
+            continue;
+          }
+          // kChunk positions at a time, their sums in registers over every line of the rows.
+          for (int64_t c0 = 0; c0 < width; c0 += kChunk) {
+            acc_t sum[kChunk];
+            for (int64_t j = 0; j < kChunk; ++j) sum[j] = acc_t(-0.0);
+            for (int64_t ot = ot0; ot < ot1; ++ot) {
+              for (int64_t oh = oh0; oh < oh1; ++oh) {
+                const acc_t* row = rows.data() + (ot * d.osize[1] + oh) * row_len + c0;
+                for (int64_t k = 0; k < kw; ++k) {
+                  for (int64_t j = 0; j < kChunk; ++j) sum[j] = add_rn(sum[j], row[k * line + j]);
+                }
+              }
             }
-          } else {
-            for (int64_t iw = 0; iw < d.isize[2]; ++iw) {
-              const int64_t l3[3] = {l[0], l[1], lo[2][iw]};
-              const int64_t h3[3] = {h[0], h[1], hi[2][iw]};
-              out[iw] = op.gather(l3, h3, get);
+            // An element with no contribution keeps -0: single() gives +0, as gather() does.
+            if (c0 + kChunk <= width) {
+              for (int64_t j = 0; j < kChunk; ++j) out[c0 + j] = op.single(sum[j]);
+            } else {
+              scalar_t last[kChunk];
+              for (int64_t j = 0; j < kChunk; ++j) last[j] = op.single(sum[j]);
+              std::copy(last, last + (width - c0), out + c0);
             }
           }
         }
@@ -675,10 +717,12 @@ void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
 }
 
 inline void avg_pool_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& dims,
-                                  bool adaptive, bool count_include_pad, int64_t divisor_override) {
+                                  bool adaptive, bool count_include_pad, int64_t divisor_override,
+                                  int64_t row_table = kAvgPoolRowTable) {
   if (grad_in.numel() == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_avg_pool_backward", [&] {
-    avg_pool_backward_planes_cpu<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override);
+    avg_pool_backward_planes_cpu<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override,
+                                           row_table);
   });
 }
 

@@ -190,9 +190,16 @@ TEST(GathersCpu, AveragePoolPlanesMatchPerElementOps) {
     for (const auto dtype : kDtypes) {
       for (const int64_t batch : {1, 4}) {  // 3 planes: per row; 12: per position where most have one window
         const at::Tensor self = at::randn({batch, 3, c.isize[0], c.isize[1], c.isize[2]}).to(dtype);
-        const at::Tensor grad_out = at::randn({batch, 3, c.osize[0], c.osize[1], c.osize[2]}).to(dtype);
+        at::Tensor grad_out = at::randn({batch, 3, c.osize[0], c.osize[1], c.osize[2]}).to(dtype);
+        if (grad_out.numel() >= 8) {  // signed zeros, infinities and a NaN among the contributions
+          const double special[] = {-0.0, 0.0, -0.0, INFINITY, -INFINITY, NAN};
+          for (int s = 0; s < 6; ++s) grad_out.view(-1)[(s * 7919) % grad_out.numel()].fill_(special[s]);
+        }
         at::Tensor planes = at::empty_like(self);
         detops::avg_pool_backward_cpu(planes, grad_out, d, c.adaptive, c.count_include_pad, c.divisor_override);
+        at::Tensor padded_per_use = at::empty_like(self);  // the padded W rows built per use, not per plane
+        detops::avg_pool_backward_cpu(padded_per_use, grad_out, d, c.adaptive, c.count_include_pad,
+                                      c.divisor_override, /*row_table=*/0);
         at::Tensor picked = at::empty_like(self);
         detops::avg_pool_backward_compute<detops::cpu::Engine>(picked, grad_out, d, c.adaptive, c.count_include_pad,
                                                                c.divisor_override);
@@ -202,6 +209,7 @@ TEST(GathersCpu, AveragePoolPlanesMatchPerElementOps) {
         const std::string what = std::string(c.adaptive ? "adaptive " : "avg ") + c10::toString(dtype) + " " +
                                  c10::str(c.isize) + " -> " + c10::str(c.osize);
         expect_same_bits(planes, general, what);
+        expect_same_bits(padded_per_use, general, what);
         expect_same_bits(picked, general, what);
       }
     }
