@@ -318,18 +318,41 @@ void pad_single_run(const Op& op, int k, int64_t& lo, int64_t& hi) {
   if (lo >= hi || !single(lo) || !single(hi - 1)) lo = hi = 0;
 }
 
-// The CPU path: rows of grad_in in parallel; the sources along D and H computed once per row, along W per
-// element (a few comparisons), so no element divides. Each element runs the op's gather(), or, at the W
-// positions with one output (before + iw), the same fold over the row's grad_output rows taken in
-// ascending (d, h) order: the bits of pad_backward_compute.
+// The CPU path: rows of grad_in in parallel. The sources along D and H, and along W outside the run of single
+// outputs (pad_single_run), are computed once per call, so no element divides or clips. Each element runs the
+// op's gather(), or the same fold over the row's grad_output rows taken in ascending (d, h) order, each row's W
+// outputs ascending: in the run, eight elements at a time in registers; outside it, from the W table. The bits
+// of pad_backward_compute.
 template <typename scalar_t>
 void pad_backward_rows_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const PadDims& dims, bool reflect) {
   using Op = PadBackwardOp<scalar_t, int64_t, false>;
   using acc_t = acc_type<scalar_t>;
+  using Sources = AxisSources<int64_t>;
   const Op op = make_pad_backward_op<scalar_t, int64_t, false>(grad_in, grad_out, dims, reflect);
+  std::vector<Sources> axis[2];  // D and H
+  for (int k = 0; k < 2; ++k) {
+    axis[k].resize(static_cast<size_t>(dims.isize[k]));
+    for (int64_t i = 0; i < dims.isize[k]; ++i) axis[k][i] = op.sources(k, i);
+  }
   const int64_t iw_size = dims.isize[2];
   int64_t w_lo, w_hi;
   pad_single_run(op, 2, w_lo, w_hi);
+  w_hi = std::max(w_lo, w_hi);
+  // The W positions outside [w_lo, w_hi), b = iw below w_lo and w_lo + iw - w_hi above: their outputs in ascending
+  // order, w_outputs[w_first[b], w_first[b + 1]).
+  std::vector<int64_t> w_first, w_outputs;
+  w_first.reserve(static_cast<size_t>(w_lo + iw_size - w_hi + 1));
+  w_outputs.reserve(static_cast<size_t>(3 * (w_lo + iw_size - w_hi)));
+  const auto add_outputs = [&](int64_t iw) {
+    w_first.push_back(static_cast<int64_t>(w_outputs.size()));
+    const Sources sw = op.sources(2, iw);
+    for (int rw = 0; rw < 3; ++rw) {
+      for (int64_t ow = sw.first[rw]; ow < sw.first[rw] + sw.count[rw]; ++ow) w_outputs.push_back(ow);
+    }
+  };
+  for (int64_t iw = 0; iw < w_lo; ++iw) add_outputs(iw);
+  for (int64_t iw = w_hi; iw < iw_size; ++iw) add_outputs(iw);
+  w_first.push_back(static_cast<int64_t>(w_outputs.size()));
   const int64_t rows = grad_in.numel() / iw_size;
   const int64_t grain = std::max<int64_t>(1, 32768 / iw_size);
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
@@ -344,8 +367,8 @@ void pad_backward_rows_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, cons
           ++p;
         }
       }
-      const AxisSources<int64_t> sd = op.sources(0, it);
-      const AxisSources<int64_t> sh = op.sources(1, ih);
+      const Sources& sd = axis[0][it];
+      const Sources& sh = axis[1][ih];
       const scalar_t* plane = op.grad_out + p * op.oplane;
       scalar_t* out = op.grad_in + r * iw_size;
       // The grad_output rows this row reads, in ascending (d, h) order.
@@ -368,31 +391,40 @@ void pad_backward_rows_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, cons
       }
       // A W position's contributions: each row in turn, its outputs along W in ascending order.
       const auto fold_rows = [&](int64_t iw) {
-        const AxisSources<int64_t> sw = op.sources(2, iw);
-        if (sw.total() == 0 || m * sw.total() > kBlock) return op.gather(sd, sh, sw, plane);
+        const int64_t b = iw < w_lo ? iw : w_lo + iw - w_hi;
+        const int64_t* ow0 = w_outputs.data() + w_first[b];
+        const int64_t count = w_first[b + 1] - w_first[b];
+        if (count == 0 || m * count > kBlock) return op.gather(sd, sh, op.sources(2, iw), plane);
         BlockFold<acc_t> fold;
         for (int j = 0; j < m; ++j) {
-          for (int rw = 0; rw < 3; ++rw) {
-            for (int64_t ow = sw.first[rw]; ow < sw.first[rw] + sw.count[rw]; ++ow) fold.push(to_acc(src[j][ow]));
-          }
+          for (int64_t x = 0; x < count; ++x) fold.push(to_acc(src[j][ow0[x]]));
         }
         return Op::finish(fold.finish());
       };
       for (int64_t iw = 0; iw < w_lo; ++iw) out[iw] = fold_rows(iw);
-      // The W positions with one output, before + iw.
+      // The W positions with one output, before + iw. NB: up to kBlock contributions: one block of the tree, the
+      // left fold from the first row's value, as BlockFold in gather().
       const int64_t shift = dims.before[2];
+      constexpr int64_t kChunk = 8;
+      int64_t iw = w_lo;
       if (m == 1) {
         const scalar_t* s0 = src[0] + shift;
-        for (int64_t iw = w_lo; iw < w_hi; ++iw) out[iw] = Op::single(s0[iw]);
-      } else {
-        // NB: up to kBlock contributions: one block of the tree, BlockFold as in gather().
-        for (int64_t iw = w_lo; iw < w_hi; ++iw) {
-          BlockFold<acc_t> fold;
-          for (int j = 0; j < m; ++j) fold.push(to_acc(src[j][shift + iw]));
-          out[iw] = Op::finish(fold.finish());
-        }
+        for (; iw < w_hi; ++iw) out[iw] = Op::single(s0[iw]);
       }
-      for (int64_t iw = std::max(w_hi, w_lo); iw < iw_size; ++iw) out[iw] = fold_rows(iw);
+      for (; iw + kChunk <= w_hi; iw += kChunk) {
+        acc_t sum[kChunk];
+        for (int64_t c = 0; c < kChunk; ++c) sum[c] = to_acc(src[0][shift + iw + c]);
+        for (int j = 1; j < m; ++j) {
+          for (int64_t c = 0; c < kChunk; ++c) sum[c] = add_rn(sum[c], to_acc(src[j][shift + iw + c]));
+        }
+        for (int64_t c = 0; c < kChunk; ++c) out[iw + c] = Op::finish(sum[c]);
+      }
+      for (; iw < w_hi; ++iw) {
+        acc_t sum = to_acc(src[0][shift + iw]);
+        for (int j = 1; j < m; ++j) sum = add_rn(sum, to_acc(src[j][shift + iw]));
+        out[iw] = Op::finish(sum);
+      }
+      for (iw = w_hi; iw < iw_size; ++iw) out[iw] = fold_rows(iw);
     }
   });
 }
