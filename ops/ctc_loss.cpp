@@ -151,6 +151,24 @@ plan::EngineCall ctc_loss_backward_kernels(const at::Tensor& out, const at::Tens
                            moved);
 }
 
+// Cells [0, side) of a beta row from the row below (side + 2 <= the row's positions): row[s] = beta_value of
+// below[s], below[s + 1] where m1[s], below[s + 2] where m2[s] (else -inf) and lp[s]; m1 and m2 are 0 or 1. The
+// loads are unconditional and the selections branch-free, so the loop vectorises.
+template <typename Op, typename T, typename Mask>
+__attribute__((noinline)) void beta_cells_side_by_side(T* __restrict row, const T* __restrict below, const Mask* __restrict m1,
+                             const Mask* __restrict m2, const T* __restrict lp, int64_t side) {
+  const Mask neg_inf = ctc::to_bits(ctc::neg_inf<T>());
+  for (int64_t s = 0; s < side; ++s) {
+    // NB: the selections as bit masks: as branches GCC threads the -inf through log_sum_exp3 and then cannot
+    // vectorise; the value selected is the same.
+    const Mask keep1 = Mask(0) - m1[s];
+    const Mask keep2 = Mask(0) - m2[s];
+    const T l2 = ctc::from_bits<T>((ctc::to_bits(below[s + 1]) & keep1) | (neg_inf & ~keep1));
+    const T l3 = ctc::from_bits<T>((ctc::to_bits(below[s + 2]) & keep2) | (neg_inf & ~keep2));
+    row[s] = Op::beta_value(below[s], l2, l3, lp[s]);
+  }
+}
+
 void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Tensor& log_probs,
                            const at::Tensor& targets, const CtcPlan& plan, const at::Tensor& nll,
                            const at::Tensor& log_alpha, int64_t blank, bool zero_infinity, CtcGradPath path) {
@@ -166,8 +184,12 @@ void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Te
       int32_t* perm_data = perm.mutable_data_ptr<int32_t>();
       int32_t* end_data = group_end.mutable_data_ptr<int32_t>();
       // NB: every value below is computed by one fixed formula; the split over threads only decides who.
+      using Op = CtcBackwardOp<scalar_t, index_t>;
+      using Mask = typename ctc::FloatBits<scalar_t>::U;  // a selection as wide as the values, so the loop vectorises
       at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-        std::vector<typename CtcBackwardOp<scalar_t, index_t>::BetaFacts> facts;
+        std::vector<typename Op::BetaFacts> facts;
+        std::vector<Mask> below1, below2;
+        std::vector<scalar_t> lp_cur;
         for (int64_t n = begin; n < end; ++n) {
           group_by_label(op, n, perm_data, end_data);
           const int64_t input_length = op.input_lengths[n];
@@ -175,16 +197,31 @@ void ctc_loss_backward_cpu(at::Tensor& out, const at::Tensor& grad, const at::Te
             // The facts of each position once, then every row from the one below: as the CUDA kernel does.
             const int64_t positions = 2 * op.target_lengths[n] + 1;
             facts.resize(static_cast<size_t>(positions));
+            below1.resize(static_cast<size_t>(positions));
+            below2.resize(static_cast<size_t>(positions));
+            lp_cur.resize(static_cast<size_t>(positions));
             for (int64_t s = 0; s < positions; ++s) {
               facts[s] = op.beta_facts(n, s);
+              below1[s] = facts[s].below1;
+              below2[s] = facts[s].below2;
               op.beta_last(n, s);
             }
+            // The cells whose s + 2 is in the row side by side (the same beta_value as beta_from; the row below's
+            // s + 1 and s + 2 read unconditionally, then selected), the last two by beta_from.
+            const int64_t side = std::max<int64_t>(positions - 2, 0);
             for (int64_t t = input_length - 2; t >= 0; --t) {
-              const scalar_t* below = op.log_beta + op.ab_index(n, t + 1, 0);
-              scalar_t* row = op.log_beta + op.ab_index(n, t, 0);
-              for (int64_t s = 0; s < positions; ++s) {
-                row[s] = op.beta_from(facts[s], below, s, op.lp(t, n, facts[s].label));
+              if (path == CtcGradPath::kElements) {  // cell by cell, as the CUDA kernel's formula
+                for (int64_t s = 0; s < positions; ++s) op.beta_cell(n, t, s);
+                continue;
               }
+              const scalar_t* __restrict below = op.log_beta + op.ab_index(n, t + 1, 0);
+              scalar_t* __restrict row = op.log_beta + op.ab_index(n, t, 0);
+              for (int64_t s = 0; s < positions; ++s) lp_cur[s] = op.lp(t, n, facts[s].label);
+              const Mask* m1 = below1.data();
+              const Mask* m2 = below2.data();
+              const scalar_t* lp = lp_cur.data();
+              beta_cells_side_by_side<Op>(row, below, m1, m2, lp, side);
+              for (int64_t s = side; s < positions; ++s) row[s] = op.beta_from(facts[s], below, s, lp[s]);
             }
           }
           if (path == CtcGradPath::kLanes) ctc_grad_lanes_cpu(op, n);

@@ -10,6 +10,16 @@
 #include <cstring>
 #include <limits>
 
+// On the host, exp and log inlined into every loop and their polynomials' loops fully unrolled, so that a loop
+// over them can vectorise (GCC left exp out of line in a loop of log_sum_exp3s).
+#if defined(__CUDACC__) || !defined(__GNUC__) || defined(__clang__)
+#define DETOPS_CTC_UNROLL
+#define DETOPS_CTC_INLINE inline
+#else
+#define DETOPS_CTC_UNROLL _Pragma("GCC unroll 16")
+#define DETOPS_CTC_INLINE __attribute__((always_inline)) inline
+#endif
+
 namespace detops::ctc {
 
 template <typename T>
@@ -109,56 +119,68 @@ constexpr double inv_odd(int j) {
   return 1.0 / (2 * j + 1);
 }
 
+// NB: exp, log and the log-sum-exps below are written without branches: every special case (NaN,
+// overflow, zero, ...) computes the ordinary path on a harmless input and then selects its own result.
+// The selected value is the same arithmetic in the same order either way, so the bits are; on the CPU a
+// loop over them then vectorises (ops/ctc_loss.cpp is compiled with -fno-trapping-math so that GCC may
+// compute both sides of a selection).
+
 // exp(x): x = k ln2 + r (Cody-Waite), exp(r) by its Taylor polynomial (Horner), times 2^k in two exact
 // steps (the second rounds once where the result is subnormal).
 template <typename T>
-C10_HOST_DEVICE inline T exp(T x) {
+C10_HOST_DEVICE DETOPS_CTC_INLINE T exp(T x) {
   using K = ExpLogConst<T>;
-  if (x != x) return x;
-  if (x > K::kOverflow) return pos_inf<T>();
-  if (x < K::kUnderflow) return T(0);
-  const T kf = add_rn(add_rn(mul_rn(x, K::kLog2e), K::kShifter), -K::kShifter);
+  const bool nan = x != x;
+  const bool over = x > K::kOverflow;
+  const bool under = x < K::kUnderflow;
+  const T xc = (nan | over | under) ? T(0) : x;
+  const T kf = add_rn(add_rn(mul_rn(xc, K::kLog2e), K::kShifter), -K::kShifter);
   const int k = static_cast<int>(kf);
-  const T r = add_rn(add_rn(x, -mul_rn(kf, K::kLn2Hi)), -mul_rn(kf, K::kLn2Lo));
+  const T r = add_rn(add_rn(xc, -mul_rn(kf, K::kLn2Hi)), -mul_rn(kf, K::kLn2Lo));
   T p = static_cast<T>(inv_factorial(K::kExpDegree));
+DETOPS_CTC_UNROLL
   for (int j = K::kExpDegree - 1; j >= 0; --j) p = add_rn(mul_rn(p, r), static_cast<T>(inv_factorial(j)));
   const int k1 = k / 2;
-  return mul_rn(mul_rn(p, pow2<T>(k1)), pow2<T>(k - k1));
+  T v = mul_rn(mul_rn(p, pow2<T>(k1)), pow2<T>(k - k1));
+  v = under ? T(0) : v;
+  v = over ? pos_inf<T>() : v;
+  return nan ? x : v;
 }
 
 // log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s) with s = (m - 1) / (m + 1).
 template <typename T>
-C10_HOST_DEVICE inline T log(T x) {
+C10_HOST_DEVICE DETOPS_CTC_INLINE T log(T x) {
   using K = ExpLogConst<T>;
   using B = FloatBits<T>;
   using U = typename B::U;
-  if (x != x) return x;
-  if (x < T(0)) return canonical_nan<T>();
-  if (x == T(0)) return neg_inf<T>();
-  if (x == pos_inf<T>()) return x;
-  int e = 0;
-  if (x < K::kMinNormal) {
-    x = mul_rn(x, pow2<T>(B::kMant));  // exact
-    e = -B::kMant;
-  }
-  const U u = to_bits(x);
-  e += static_cast<int>(u >> B::kMant) - B::kBias;
+  const bool nan = x != x;
+  const bool negative = x < T(0);
+  const bool zero = x == T(0);
+  const bool inf = x == pos_inf<T>();
+  const bool subnormal = x < K::kMinNormal;
+  const T xs = subnormal ? mul_rn(x, pow2<T>(B::kMant)) : x;  // exact
+  const U u = to_bits(xs);
+  int e = static_cast<int>(u >> B::kMant) - B::kBias - B::kMant * static_cast<int>(subnormal);
   const U mant_mask = (U{1} << B::kMant) - 1;
   T m = from_bits<T>((u & mant_mask) | (static_cast<U>(B::kBias) << B::kMant));  // [1, 2)
-  if (m > K::kSqrt2) {
-    m = mul_rn(m, T(0.5));  // exact
-    ++e;
-  }
+  const bool high = m > K::kSqrt2;
+  m = high ? mul_rn(m, T(0.5)) : m;  // exact
+  e += static_cast<int>(high);
   const T f = add_rn(m, T(-1));  // exact
   const T s = div_rn(f, add_rn(T(2), f));
   const T z = mul_rn(s, s);
   // P(z) = 1/3 + z/5 + z^2/7 + ..., coefficients rounded once from the exact rationals.
   T p = static_cast<T>(inv_odd(K::kLogTerms));
+DETOPS_CTC_UNROLL
   for (int j = K::kLogTerms - 1; j >= 1; --j) p = add_rn(mul_rn(p, z), static_cast<T>(inv_odd(j)));
   const T two_s = add_rn(s, s);
   const T log_m = add_rn(two_s, mul_rn(two_s, mul_rn(z, p)));
   const T ef = static_cast<T>(e);
-  return add_rn(add_rn(mul_rn(ef, K::kLn2Lo), log_m), mul_rn(ef, K::kLn2Hi));
+  T v = add_rn(add_rn(mul_rn(ef, K::kLn2Lo), log_m), mul_rn(ef, K::kLn2Hi));
+  v = inf ? x : v;
+  v = zero ? neg_inf<T>() : v;
+  v = negative ? canonical_nan<T>() : v;
+  return nan ? x : v;
 }
 
 // Stock's log-add-exp of two log-space values (aten LossCTC.cpp, the collection of alpha * beta):
@@ -166,21 +188,21 @@ C10_HOST_DEVICE inline T log(T x) {
 // The combine of the contract's tree for the CTC gradient.
 struct LogAddExp {
   template <typename T>
-  C10_HOST_DEVICE T operator()(T a, T b) const {
-    if (a == neg_inf<T>()) return b;
+  C10_HOST_DEVICE DETOPS_CTC_INLINE T operator()(T a, T b) const {
     const T m = (a < b) ? b : a;
-    return add_rn(ctc::log(add_rn(ctc::exp(add_rn(a, -m)), ctc::exp(add_rn(b, -m)))), m);
+    const T v = add_rn(ctc::log(add_rn(ctc::exp(add_rn(a, -m)), ctc::exp(add_rn(b, -m)))), m);
+    return a == neg_inf<T>() ? b : v;
   }
 };
 
 // Stock's three-term log-sum-exp of the alpha / beta recursions (Graves eq. 6 and 10), in its order:
 // log((exp(l1 - m) + exp(l2 - m)) + exp(l3 - m)) + m, with m = 0 when all three are -inf.
 template <typename T>
-C10_HOST_DEVICE inline T log_sum_exp3(T l1, T l2, T l3) {
+C10_HOST_DEVICE DETOPS_CTC_INLINE T log_sum_exp3(T l1, T l2, T l3) {
   T m = l1;
-  if (l2 > m) m = l2;
-  if (l3 > m) m = l3;
-  if (m == neg_inf<T>()) m = T(0);
+  m = l2 > m ? l2 : m;
+  m = l3 > m ? l3 : m;
+  m = m == neg_inf<T>() ? T(0) : m;
   const T sum = add_rn(add_rn(ctc::exp(add_rn(l1, -m)), ctc::exp(add_rn(l2, -m))), ctc::exp(add_rn(l3, -m)));
   return add_rn(ctc::log(sum), m);
 }

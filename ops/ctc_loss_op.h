@@ -93,6 +93,10 @@ struct CtcBackwardOp {
     const T l1 = below[s];
     const T l2 = f.below1 ? below[s + 1] : ctc::neg_inf<T>();
     const T l3 = f.below2 ? below[s + 2] : ctc::neg_inf<T>();
+    return beta_value(l1, l2, l3, lp_cur);
+  }
+  // The cell from the three cells of the row below that enter it (-inf for one that does not).
+  C10_HOST_DEVICE static T beta_value(T l1, T l2, T l3, T lp_cur) {
     return add_rn(ctc::log_sum_exp3(l1, l2, l3), lp_cur);
   }
   C10_HOST_DEVICE void beta_cell(int64_t n, int64_t t, int64_t s) const {
@@ -303,8 +307,8 @@ void ctc_grad_blocks_cpu(const CtcBackwardOp<scalar_t, target_t>& op, int64_t t,
 }
 
 // How the CPU path (ops/ctc_loss.cpp) computes the gradient, with the same bits each way: rows as lanes
-// (ctc_grad_lanes_cpu, the default), element by element (grad_at), or by the CUDA warp kernel's blocks
-// (ctc_grad_blocks_cpu).
+// (ctc_grad_lanes_cpu, the default), element by element (grad_at, and the beta recursion cell by cell by
+// beta_cell instead of a row's cells side by side), or by the CUDA warp kernel's blocks (ctc_grad_blocks_cpu).
 enum class CtcGradPath { kLanes, kElements, kBlocks };
 
 // The CPU path: writes the gradient into `out` as the CUDA path does.

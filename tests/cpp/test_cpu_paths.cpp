@@ -255,7 +255,8 @@ TEST(CpuPaths, CtcGradientByLanesEqualsElementByElement) {
                                     Path::kElements);
       detops::ctc_loss_backward_cpu(w, grad, log_probs, targets, plan, nll, log_alpha, 0, zero_infinity,
                                     Path::kBlocks);
-      EXPECT_TRUE(same_bits(a, b)) << dtype << " zero_infinity " << zero_infinity;
+      EXPECT_TRUE(same_bits(a, b)) << dtype << " zero_infinity " << zero_infinity
+                                   << ": beta side by side, gradient by lanes";
       EXPECT_TRUE(same_bits(w, b)) << dtype << " zero_infinity " << zero_infinity << ": the warp kernel's blocks";
     }
   }
