@@ -155,7 +155,7 @@ plan::EngineCall ctc_loss_backward_kernels(const at::Tensor& out, const at::Tens
 // below[s], below[s + 1] where m1[s], below[s + 2] where m2[s] (else -inf) and lp[s]; m1 and m2 are 0 or 1. The
 // loads are unconditional and the selections branch-free, so the loop vectorises.
 template <typename Op, typename T, typename Mask>
-__attribute__((noinline)) void beta_cells_side_by_side(T* __restrict row, const T* __restrict below, const Mask* __restrict m1,
+void beta_cells_side_by_side(T* __restrict row, const T* __restrict below, const Mask* __restrict m1,
                              const Mask* __restrict m2, const T* __restrict lp, int64_t side) {
   const Mask neg_inf = ctc::to_bits(ctc::neg_inf<T>());
   for (int64_t s = 0; s < side; ++s) {
