@@ -680,6 +680,12 @@ struct ListedOp {
   T finalized(T old, acc_t total, int64_t k) const {
     return op.finalized(old, total, k);
   }
+  // The op's finish of a key's columns at once, where it has one (has_finalize_columns).
+  template <typename acc_t, typename O = Op>
+  auto finalize_columns(int64_t k, int64_t c0, int64_t cols, const acc_t* total) const
+      -> decltype(std::declval<const O&>().finalize_columns(k, c0, cols, total)) {
+    return op.finalize_columns(k, c0, cols, total);
+  }
 };
 
 // Work below this many (contribution, column) pairs runs on the calling thread alone.
@@ -716,7 +722,11 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
   }
   at::parallel_for(0, n, 4096, make_keys);
   const int64_t parts = threads;
-  const bool by_columns = D >= 8 * parts;
+  // NB: split by columns only where the keys' rows fit a core's cache: each thread then passes over every
+  // contribution, and where the rows do not fit, each contribution's row is a cache miss whatever its width, so
+  // halving the columns does not halve a thread's time; a split by keys halves its contributions.
+  const bool rows_fit = static_cast<size_t>(num_keys * D) * sizeof(acc_t) <= (size_t{1} << 20);
+  const bool by_columns = D >= 8 * parts && rows_fit;
   // NB: each (key, column) is built by one thread over all of its contributions in source order; the split
   // decides only which thread, so the bits are the same at any thread count.
   at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
@@ -745,10 +755,19 @@ void dense_sort_reduce(const Op& op, int64_t n, int64_t num_keys, int64_t D) {
         r.run(m, [&](int64_t j) { return keys[list[j]] - lo; });
         r.finish();
       } else {
+        // As for one column: the part's contributions listed first (with their keys), in source order.
+        Scratch list_scratch(static_cast<size_t>(n) * sizeof(int32_t));
         Scratch rel_scratch(static_cast<size_t>(n) * sizeof(int64_t));
+        int32_t* list = list_scratch.as<int32_t>();
         int64_t* rel = rel_scratch.as<int64_t>();
-        for (int64_t i = 0; i < n; ++i) rel[i] = (keys[i] >= lo && keys[i] < hi) ? keys[i] - lo : -1;
-        RowReducer<acc_t, Op>(op, lo, hi - lo, 0, D).run(rel, n);
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          list[m] = static_cast<int32_t>(i);
+          rel[m] = keys[i] - lo;
+          m += static_cast<int64_t>(keys[i] >= lo && keys[i] < hi);
+        }
+        const ListedOp<Op> listed{op, list};
+        RowReducer<acc_t, ListedOp<Op>>(listed, lo, hi - lo, 0, D).run(rel, m);
       }
     }
   });
