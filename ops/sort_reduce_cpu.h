@@ -3,8 +3,8 @@
 // dense arrays (its open block's running fold and the key's contribution count), and the rare keys with more
 // than kBlock contributions keep their higher levels in a side table, exactly as StreamingTree does
 // (ops/contract.h). No sort and no permutation: O(n * D + num_keys) memory traffic. With several threads,
-// each takes a range of keys (or of columns, for wide rows) and builds it alone in source order, so the bits
-// do not depend on the number of threads. The sort-based plan of the CUDA engine (stable sort of (key,
+// each takes a range of keys (or of columns, for wide rows whose keys' rows fit a core's cache) and builds it
+// alone in source order, so the bits do not depend on the number of threads. The sort-based plan of the CUDA engine (stable sort of (key,
 // position), segments, tree per segment) stays here as reference_sort_reduce for tests.
 #pragma once
 
