@@ -4,8 +4,8 @@
 // than kBlock contributions keep their higher levels in a side table, exactly as StreamingTree does
 // (ops/contract.h). No sort and no permutation: O(n * D + num_keys) memory traffic. With several threads,
 // each takes a range of keys (or of columns, for wide rows whose keys' rows fit a core's cache) and builds it
-// alone in source order, so the bits do not depend on the number of threads. The sort-based plan of the CUDA engine (stable sort of (key,
-// position), segments, tree per segment) stays here as reference_sort_reduce for tests.
+// alone in source order, so the bits do not depend on the number of threads. The sort-based plan of the CUDA
+// engine (stable sort of (key, position), segments, tree per segment) stays here as reference_sort_reduce for tests.
 #pragma once
 
 #include "ops/contract.h"
