@@ -217,6 +217,33 @@ def run(device: str, selected, warmup: int, reps: int, budget_s: float, max_sets
     return {"context": context, "benchmarks": benchmarks}
 
 
+def read_first_file(path: str) -> list:
+    """The entries of a --first-file: one per line, '#' to the end of a line a comment."""
+    entries = []
+    for line in pathlib.Path(path).read_text().splitlines():
+        entries += line.split("#", 1)[0].split()
+    return entries
+
+
+def measure_first(selected: list, first: list, known: list) -> list:
+    """`selected` with the cases that `first` names (``op`` or ``op/shape``, ``aten::`` optional) moved to the
+    front, in the order `first` names them. An entry that names none of the `known` cases (a typo) raises; one
+    that names only cases outside the selection is passed over."""
+    def names(c, op, shape):
+        return c.op == op and (not shape or c.shape == shape)
+
+    ordered, taken = [], set()
+    for entry in first:
+        op, _, shape = entry.partition("/")
+        op = op if op.startswith("aten::") else "aten::" + op
+        if not any(names(c, op, shape) for c in known):
+            raise SystemExit(f"bench_ops: --first {entry}: no such case (bench_ops.py --list)")
+        hits = [i for i, c in enumerate(selected) if names(c, op, shape)]
+        ordered += [i for i in hits if i not in taken]
+        taken.update(hits)
+    return [selected[i] for i in ordered] + [c for i, c in enumerate(selected) if i not in taken]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
@@ -224,6 +251,12 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", default=None, help="also write a markdown table of the results here")
     parser.add_argument("--ops", nargs="*", default=None, help="aten overloads, e.g. index_add_ scatter_add.out")
     parser.add_argument("--shapes", nargs="*", default=None, help="shape names, e.g. hot_destination")
+    parser.add_argument("--first", nargs="*", default=None,
+                        help="overloads (index_add_) or cases (index_add_/hot_destination) measured before the "
+                        "other selected cases, in this order: a run cut short by a time limit keeps these")
+    parser.add_argument("--first-file", default=None,
+                        help="more --first entries, one per line ('#' starts a comment), e.g. "
+                        "bench/measure_first.txt")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--reps", type=int, default=50, help="most timed repetitions per variant")
     parser.add_argument("--budget", type=float, default=0.5,
@@ -242,6 +275,10 @@ def main(argv=None) -> int:
         print("bench_ops: no CUDA device; use --device cpu", file=sys.stderr)
         return 2
     selected = C.cases(covered, ops=args.ops, shapes=args.shapes)
+    first = list(args.first or [])
+    if args.first_file:
+        first += read_first_file(args.first_file)
+    selected = measure_first(selected, first, C.all_cases())
     skipped = sorted({c.op for c in C.all_cases()} - covered)
     if skipped:
         print(f"bench_ops: skipping ops detops does not cover: {', '.join(skipped)}", file=sys.stderr)

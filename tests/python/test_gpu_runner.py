@@ -96,7 +96,8 @@ def test_dry_run_checks_and_plans_every_phase(tmp_path):
     assert steps["hashes"] == steps["bench"] == steps["report"] == steps["large-call"] == "PLANNED"
     assert re.search(r"would run \(timeout \d+s\): \S+ scripts/large_call.py", summary)
     assert re.search(r"output_hashes.py --devices cpu cuda --out \S+/dry-run-\d{4}-\d\d-\d\d-hashes.json", summary)
-    assert re.search(r"bench/bench_ops.py --out \S+/dry-run-\d{4}-\d\d-\d\d.json", summary)
+    assert re.search(r"bench/bench_ops.py --out \S+/dry-run-\d{4}-\d\d-\d\d.json --markdown \S+ --first-file "
+                     r"bench/measure_first.txt", summary)
 
     # $OUT: the summary and one tarball of logs, nothing else (a remote run returns at most 8 files)
     files = sorted(p.name for p in out.iterdir())

@@ -192,3 +192,24 @@ def test_report_compares_last_writer_ops_with_stock_at_one_thread():
                 assert r["cpu_bitwise"] and r["cpu_matches_stock"], case.op
     finally:
         torch.set_num_threads(threads)
+
+
+def test_bench_measures_the_first_cases_first(tmp_path):
+    # A GPU run cut short by its time limit keeps the cases of bench/measure_first.txt: they come first, in the
+    # file's order; a typo raises instead of being passed over, and a case outside --ops is passed over.
+    bench_ops = _bench_ops_module()
+    known = C.all_cases()
+    picked = bench_ops.measure_first(known, ["scatter_add_/hot_destination", "aten::index_add_"], known)
+    assert [(c.op, c.shape) for c in picked[:5]] == [("aten::scatter_add_", "hot_destination")] + [
+        ("aten::index_add_", s) for s in ("low_contention", "high_contention", "hot_destination", "wide_rows")]
+    assert sorted(map(id, picked)) == sorted(map(id, known))
+    some = [c for c in known if c.op == "aten::index_add_"]
+    assert bench_ops.measure_first(some, ["scatter_add_"], known) == some
+    with pytest.raises(SystemExit, match="no such case"):
+        bench_ops.measure_first(known, ["scatter_add_/hot_destinaton"], known)
+    listed = tmp_path / "first.txt"
+    listed.write_text("# comment\nput_/low_contention  # why\n\nbincount\n")
+    assert bench_ops.read_first_file(str(listed)) == ["put_/low_contention", "bincount"]
+    entries = bench_ops.read_first_file(str(REPO / "bench" / "measure_first.txt"))
+    assert len(entries) >= 20
+    assert len(bench_ops.measure_first(known, entries, known)) == len(known)
