@@ -1,6 +1,7 @@
-// Pooling backwards on CUDA: the computations of ops/pooling_op.h, launch glue only (average pools: one
-// thread per grad_input element, cuda/gather_launch.cuh; max pools: the same kind of gather followed by the CUDA
-// engine gated on it, or the engine alone for small calls). Checks are done by ops/pooling.cpp.
+// Pooling backwards on CUDA: the computations of ops/pooling_op.h, launch glue only (average pools: one thread per
+// grad_input element, cuda/gather_launch.cuh, after one per output and axis position where the call takes two
+// steps; max pools: the same kind of gather followed by the CUDA engine gated on it, or the engine alone for
+// small calls). Checks are done by ops/pooling.cpp.
 #include "cuda/gather_launch.cuh"
 #include "cuda/sort_reduce.cuh"
 #include "ops/pooling_op.h"
@@ -16,10 +17,11 @@ void avg_pool_backward_kernel(at::Tensor& grad_in, const at::Tensor& grad_out, c
   const c10::cuda::CUDAGuard guard(grad_in.device());
   const int64_t n = grad_in.numel();
   if (n == 0) return;
-  plan::record(avg_pool_backward_call(grad_in));
+  record_avg_pool_backward(grad_in, grad_out, dims);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_avg_pool_backward", [&] {
-    with_avg_pool_op<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override,
-                               /*force_general=*/false, [&](const auto& op) { launch_gather(op, n); });
+    avg_pool_backward_run<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override,
+                                    AvgPoolSteps::kAuto, /*force_general=*/false,
+                                    [](const auto& op, int64_t count) { launch_gather(op, count); });
   });
 }
 

@@ -94,7 +94,7 @@ at::Tensor avg_backward(const at::Tensor& grad_output, const at::Tensor& self, c
   const at::Tensor go = grad_output.contiguous();
   if (self.is_cuda()) {
     cuda::avg_pool_backward_kernel(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
-  } else if (!plan::record(avg_pool_backward_call(grad_in))) {
+  } else if (!record_avg_pool_backward(grad_in, go, s.dims)) {
     // NB: the CPU path stands for the CUDA path's gather (ops/plan.h): recorded, and in plan-only mode not run.
     avg_pool_backward_cpu(grad_in, go, s.dims, adaptive, count_include_pad, divisor_override);
   }

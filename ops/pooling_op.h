@@ -59,10 +59,11 @@ C10_HOST_DEVICE inline void pool_element(const Divider<index_t> (&by_in)[3], ind
 // One grad_input element per call. index_t is int32_t where every size and position of the call fits (the
 // host decides), else int64_t. kBounded: the host knows no element is covered by more than kBlock
 // windows, so only BlockFold is compiled in.
-template <typename scalar_t, typename index_t, bool kBounded>
+template <typename scalar_t, typename index_t, bool kBounded_>
 struct AvgPoolBackwardOp {
   using acc_t = acc_type<scalar_t>;
   using index_type = index_t;
+  static constexpr bool kBounded = kBounded_;
   const scalar_t* grad_out;  // contiguous [planes, OT, OH, OW]
   scalar_t* grad_in;         // contiguous [planes, IT, IH, IW]
   index_t isize[3];
@@ -196,6 +197,61 @@ struct AvgPoolBackwardOp {
 DETOPS_UNROLL
     for (int k = 0; k < 3; ++k) range(k, i[k], lo[k], hi[k]);
     grad_in[idx] = gather(lo, hi, [&](index_t ot, index_t oh, index_t ow) { return contribution(plane, ot, oh, ow); });
+  }
+};
+
+// The average pools in two steps (avg_pool_backward_run): AvgPoolScaleOp computes each output's contribution
+// once, and each axis position's covering outputs, into a scratch buffer; AvgPoolScaledGatherOp then gathers
+// from there. NB: the same contribution() and range() of the same op, so each element folds the same values in
+// the same order as the one-step op, and gets its bits; the one-step op recomputes each contribution (window
+// sizes, a division) for every input it covers, and each range for every element.
+template <typename scalar_t, typename index_t, bool kBounded>
+struct AvgPoolScaleOp {
+  using acc_t = acc_type<scalar_t>;
+  using index_type = index_t;
+  AvgPoolBackwardOp<scalar_t, index_t, kBounded> op;
+  acc_t* scaled;    // [planes, OT, OH, OW]: contribution() of each output
+  index_t* ranges;  // axis k, position i: range() at 2 * (at[k] + i) (lo) and the next word (hi)
+  index_t at[3];    // 0, IT, IT + IH
+  index_t outputs;  // planes * OT * OH * OW
+
+  // Item j: output j while j < outputs, then the axes' positions in order.
+  C10_HOST_DEVICE void operator()(index_t j) const {
+    if (j < outputs) {
+      index_t plane, o[3];
+      pool_element(op.by_out, j, plane, o);
+      scaled[j] = op.contribution(plane, o[0], o[1], o[2]);
+      return;
+    }
+    const index_t p = j - outputs;
+    const int k = p < at[1] ? 0 : p < at[2] ? 1 : 2;
+    op.range(k, p - at[k], ranges[2 * p], ranges[2 * p + 1]);
+  }
+};
+
+template <typename scalar_t, typename index_t, bool kBounded>
+struct AvgPoolScaledGatherOp {
+  using acc_t = acc_type<scalar_t>;
+  using index_type = index_t;
+  AvgPoolBackwardOp<scalar_t, index_t, kBounded> op;
+  const acc_t* scaled;
+  const index_t* ranges;
+  index_t at[3];
+
+  // Input element `idx` (linear in [planes, IT, IH, IW]).
+  C10_HOST_DEVICE void operator()(index_t idx) const {
+    index_t plane, i[3];
+    pool_element(op.by_in, idx, plane, i);
+    index_t lo[3], hi[3];
+    DETOPS_UNROLL
+    for (int k = 0; k < 3; ++k) {
+      lo[k] = ranges[2 * (at[k] + i[k])];
+      hi[k] = ranges[2 * (at[k] + i[k]) + 1];
+    }
+    const acc_t* c = scaled + plane * (op.osize[0] * op.osize[1] * op.osize[2]);
+    op.grad_in[idx] = op.gather(lo, hi, [&](index_t ot, index_t oh, index_t ow) {
+      return c[(ot * op.osize[1] + oh) * op.osize[2] + ow];
+    });
   }
 };
 
@@ -413,6 +469,7 @@ struct MaxPoolGatherOp {
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <atomic>
@@ -517,23 +574,83 @@ void with_avg_pool_op(at::Tensor& grad_in, const at::Tensor& grad_out, const Poo
   f(general);
 }
 
-// The average pools' one gather over grad_in (ops/plan.h): the CUDA path's launch, recorded by it and by the CPU
-// path in its place.
-inline plan::EngineCall avg_pool_backward_call(const at::Tensor& grad_in) {
-  return plan::for_each_call(grad_in.numel());
+// How the average pools run on an engine: one step (AvgPoolBackwardOp per element) or two (AvgPoolScaleOp over
+// the outputs and the axes' positions, then AvgPoolScaledGatherOp per element). kAuto: two from
+// kAvgPoolTwoSteps elements on; below, the second launch and the scratch cost more than the recomputation saves.
+enum class AvgPoolSteps { kAuto, kOne, kTwo };
+constexpr int64_t kAvgPoolTwoSteps = int64_t{1} << 16;
+
+inline bool avg_pool_two_steps(AvgPoolSteps steps, int64_t n) {
+  return steps == AvgPoolSteps::kTwo || (steps == AvgPoolSteps::kAuto && n >= kAvgPoolTwoSteps);
 }
 
-// Average pools, one element per op call on an engine (cuda::Engine's kernels; cpu::Engine::for_each reaches
-// the same code, with force_general the 64-bit, StreamingTree-capable op): every element of grad_in
-// (contiguous, the input's shape) gathers its windows from grad_out (contiguous).
-template <typename Engine>
-void avg_pool_backward_compute(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& dims, bool adaptive,
-                               bool count_include_pad, int64_t divisor_override, bool force_general = false) {
+// The two steps' scratch: acc_t per output, then two index_t per axis position (avg_pool_backward_run).
+inline int64_t avg_pool_scratch_bytes(const at::Tensor& grad_out, const PoolDims& d, int64_t acc_bytes,
+                                      int64_t index_bytes) {
+  const int64_t positions = d.isize[0] + d.isize[1] + d.isize[2];
+  return grad_out.numel() * acc_bytes + 2 * positions * index_bytes;
+}
+
+// What the CUDA path of the average pools launches (ops/plan.h): one gather over grad_in; or the scale step
+// (one launch, one allocation: the scratch) and then the gather. The CPU path, which computes otherwise, records
+// these in its place.
+inline std::vector<plan::EngineCall> avg_pool_backward_calls(const at::Tensor& grad_in, const at::Tensor& grad_out,
+                                                             const PoolDims& d) {
   const int64_t n = grad_in.numel();
-  if (n == 0) return;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_avg_pool_backward", [&] {
-    with_avg_pool_op<scalar_t>(grad_in, grad_out, dims, adaptive, count_include_pad, divisor_override, force_general,
-                               [&](const auto& op) { Engine::for_each(op, n); });
+  if (!avg_pool_two_steps(AvgPoolSteps::kAuto, n)) return {plan::for_each_call(n)};
+  const int64_t acc_bytes = grad_in.scalar_type() == at::kDouble ? 8 : 4;
+  const int64_t index_bytes = pool_fits_int32(grad_in, grad_out, d) ? 4 : 8;
+  const int64_t scratch = avg_pool_scratch_bytes(grad_out, d, acc_bytes, index_bytes);
+  const int64_t element = static_cast<int64_t>(grad_in.element_size());
+  // Traffic: grad_out read and the scratch written; then the scratch read and grad_in written.
+  return {plan::kernel_call(/*launches=*/1, /*copies=*/0, /*allocations=*/1, scratch,
+                            grad_out.numel() * element + scratch),
+          plan::for_each_call(n)};
+}
+
+// Records avg_pool_backward_calls; true in plan-only mode (the caller then skips its work).
+inline bool record_avg_pool_backward(const at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& d) {
+  bool skip = false;
+  for (const plan::EngineCall& call : avg_pool_backward_calls(grad_in, grad_out, d)) skip = plan::record(call);
+  return skip;
+}
+
+// Average pools on an engine: every element of grad_in (contiguous, the input's shape) gathers its windows from
+// grad_out (contiguous); for_each(op, n) runs op(i) for i in [0, n) (cuda: launch_gather; the CPU engine's
+// for_each in tests). steps (kAuto on CUDA) and force_general (the 64-bit, StreamingTree-capable op) change no
+// bit. Nothing is recorded here: the caller records avg_pool_backward_calls.
+template <typename scalar_t, typename ForEach>
+void avg_pool_backward_run(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& d, bool adaptive,
+                           bool count_include_pad, int64_t divisor_override, AvgPoolSteps steps, bool force_general,
+                           const ForEach& for_each) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t n = grad_in.numel();
+  with_avg_pool_op<scalar_t>(grad_in, grad_out, d, adaptive, count_include_pad, divisor_override, force_general,
+                             [&](const auto& op) {
+    if (!avg_pool_two_steps(steps, n)) return for_each(op, n);
+    using Op = std::decay_t<decltype(op)>;
+    using index_t = typename Op::index_type;
+    const int64_t outputs = grad_out.numel();
+    const int64_t positions = d.isize[0] + d.isize[1] + d.isize[2];
+    // The ranges first (a multiple of 8 bytes), then the contributions.
+    const at::Tensor scratch = at::empty({avg_pool_scratch_bytes(grad_out, d, sizeof(acc_t), sizeof(index_t))},
+                                         grad_in.options().dtype(at::kByte));
+    auto* const base = static_cast<uint8_t*>(scratch.data_ptr());
+    AvgPoolScaleOp<scalar_t, index_t, Op::kBounded> scale;
+    scale.op = op;
+    scale.ranges = reinterpret_cast<index_t*>(base);
+    scale.scaled = reinterpret_cast<acc_t*>(base + 2 * positions * static_cast<int64_t>(sizeof(index_t)));
+    scale.at[0] = 0;
+    scale.at[1] = static_cast<index_t>(d.isize[0]);
+    scale.at[2] = static_cast<index_t>(d.isize[0] + d.isize[1]);
+    scale.outputs = static_cast<index_t>(outputs);
+    for_each(scale, outputs + positions);
+    AvgPoolScaledGatherOp<scalar_t, index_t, Op::kBounded> gather;
+    gather.op = op;
+    gather.scaled = scale.scaled;
+    gather.ranges = scale.ranges;
+    for (int k = 0; k < 3; ++k) gather.at[k] = scale.at[k];
+    for_each(gather, n);
   });
 }
 
@@ -544,7 +661,7 @@ constexpr int64_t kAvgPoolRowTable = int64_t{1} << 18;
 // Average pools, the CPU path: (N, C) planes in parallel. The covering outputs of each input position are
 // tabulated once per call and each output's contribution once per plane, so no element divides; each
 // element's value is the op's gather() over the same sequence (docs/order_contract.md), the bits of
-// avg_pool_backward_compute. row_table bounds the padded W rows' table (kAvgPoolRowTable; tests lower it).
+// avg_pool_backward_run. row_table bounds the padded W rows' table (kAvgPoolRowTable; tests lower it).
 template <typename scalar_t>
 void avg_pool_backward_planes_cpu(at::Tensor& grad_in, const at::Tensor& grad_out, const PoolDims& d, bool adaptive,
                                   bool count_include_pad, int64_t divisor_override, int64_t row_table) {

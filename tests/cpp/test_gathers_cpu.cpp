@@ -200,17 +200,24 @@ TEST(GathersCpu, AveragePoolPlanesMatchPerElementOps) {
         at::Tensor padded_per_use = at::empty_like(self);  // the padded W rows built per use, not per plane
         detops::avg_pool_backward_cpu(padded_per_use, grad_out, d, c.adaptive, c.count_include_pad,
                                       c.divisor_override, /*row_table=*/0);
-        at::Tensor picked = at::empty_like(self);
-        detops::avg_pool_backward_compute<detops::cpu::Engine>(picked, grad_out, d, c.adaptive, c.count_include_pad,
-                                                               c.divisor_override);
-        at::Tensor general = at::empty_like(self);
-        detops::avg_pool_backward_compute<detops::cpu::Engine>(general, grad_out, d, c.adaptive, c.count_include_pad,
-                                                               c.divisor_override, /*force_general=*/true);
+        // The CUDA path's ops on the CPU engine: one step or two, the op the call picks or the general one.
+        const auto on_engine = [&](detops::AvgPoolSteps steps, bool general) {
+          at::Tensor out = at::full_like(self, 7);
+          AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "test_avg_pool", [&] {
+            detops::avg_pool_backward_run<scalar_t>(
+                out, grad_out, d, c.adaptive, c.count_include_pad, c.divisor_override, steps, general,
+                [](const auto& op, int64_t n) { detops::cpu::Engine::for_each(op, n); });
+          });
+          return out;
+        };
+        const at::Tensor general = on_engine(detops::AvgPoolSteps::kOne, true);
         const std::string what = std::string(c.adaptive ? "adaptive " : "avg ") + c10::toString(dtype) + " " +
                                  c10::str(c.isize) + " -> " + c10::str(c.osize);
         expect_same_bits(planes, general, what);
         expect_same_bits(padded_per_use, general, what);
-        expect_same_bits(picked, general, what);
+        expect_same_bits(on_engine(detops::AvgPoolSteps::kOne, false), general, what + ", one step");
+        expect_same_bits(on_engine(detops::AvgPoolSteps::kTwo, false), general, what + ", two steps");
+        expect_same_bits(on_engine(detops::AvgPoolSteps::kTwo, true), general, what + ", two steps, general");
       }
     }
   }

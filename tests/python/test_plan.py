@@ -250,6 +250,21 @@ def test_average_pools_record_their_gather():
     out = torch.full_like(call.args[1], 7.0)
     P.plan_summary(torch.ops.detops.avg_pool3d_backward.grad_input, *call.args, grad_input=out, plan_only=True)
     assert bool((out == 7.0).all())
+    # The GPU shapes (from 65,536 elements): the scale step (a launch and its scratch: a float per output and two
+    # 32-bit words per axis position), then the gather.
+    for op in ("avg_pool3d_backward", "_adaptive_avg_pool3d_backward", "_adaptive_avg_pool2d_backward"):
+        case = _case(op)
+        call = P.build_for_plan(case, True, 0, True)
+        grad_out, self_ = call.args[0], call.args[1]
+        plan = P.case_plan(case, full=True)
+        assert [c.call["kind"] for c in plan.calls] == ["kernel", "for_each"], op
+        scale, gather = plan.calls
+        assert gather.call["n"] == self_.numel() >= 1 << 16, op
+        positions = sum(self_.shape[-3:]) if op.endswith("3d_backward") else 1 + sum(self_.shape[-2:])
+        assert scale.call["acc_bytes"] == 4 * grad_out.numel() + 2 * 4 * positions, op
+        assert scale.summary["launches"] == 1 and scale.summary["allocations"] == 1, op
+        assert gather.summary["launches"] == 1 and gather.summary["allocations"] == 0, op
+        assert plan.totals["launches"] == 2 and plan.totals["allocations"] == 1, op
 
 
 MAX_POOLS = ["adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward.grad_input",

@@ -519,6 +519,32 @@ def test_gpu_cuda_equals_cpu_twin_bitwise(name, shape, forward, dtype):
     assert_bitwise_equal(cuda.cpu(), cpu, name)
 
 
+# Average pools of at least 65,536 input elements: the CUDA path takes two steps (a scale step into a scratch
+# buffer, then the gather from there; docs/pooling.md). The last has elements of more than 32 windows.
+TWO_STEP_CASES = [
+    ("avg3d", (2, 4, 12, 40, 36), lambda x: F.avg_pool3d(x, 3, stride=2, padding=1)),
+    ("avg3d_ceil_no_pad_count", (2, 3, 13, 30, 41), lambda x: F.avg_pool3d(
+        x, (3, 2, 4), stride=(2, 1, 3), padding=(1, 1, 2), ceil_mode=True, count_include_pad=False)),
+    ("avg3d_divisor", (3, 20, 40, 41), lambda x: F.avg_pool3d(x, 2, stride=1, divisor_override=3)),
+    ("adaptive_avg2d", (4, 16, 40, 36), lambda x: F.adaptive_avg_pool2d(x, (17, 23))),
+    ("adaptive_avg3d", (2, 8, 10, 30, 28), lambda x: F.adaptive_avg_pool3d(x, (6, 7, 9))),
+    ("adaptive_avg2d_up_many", (4, 16, 256, 4), lambda x: F.adaptive_avg_pool2d(x, (300, 40))),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape,forward", TWO_STEP_CASES, ids=[c[0] for c in TWO_STEP_CASES])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_gpu_average_pools_in_two_steps_equal_cpu_twin(name, shape, forward, dtype):
+    x, out, grad, _ = run_stock(shape, forward, dtype)
+    assert math.prod(shape) >= 1 << 16
+    cpu = twin_backward(out, grad, dtype=dtype)
+    cuda = twin_backward(out, grad, device="cuda", dtype=dtype)
+    assert_bitwise_equal(cuda.cpu(), cpu, name)
+    for _ in range(10):
+        assert torch.equal(twin_backward(out, grad, device="cuda", dtype=dtype), cuda)
+
+
 # Max pools of more than 4,096 outputs: the CUDA path gathers first (docs/pooling.md), the engine gated on it.
 GATHER_CASES = [
     ("adaptive_max2d", (4, 16, 40, 36), lambda x: F.adaptive_max_pool2d(x, (17, 23))),
