@@ -15,6 +15,7 @@
 #include "ops/scatter_reduce_op.h"
 #include "ops/sort_reduce_cpu.h"
 
+#include <ATen/Dispatch_v2.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/scatter_cpu_dispatch.h>
 #include <ATen/ops/scatter_cuda_dispatch.h>
@@ -34,8 +35,13 @@ Reduction parse_scatter_reduce(c10::string_view reduce) {
 }
 
 // The scalar as a tensor of self's dtype, broadcast over the index (strides 0): the value overloads then
-// run the src code.
+// run the src code. As stock's kernel (value.to<scalar_t>()), a value the dtype cannot hold raises where the index
+// is not empty.
 at::Tensor value_as_src(const at::Tensor& self, const at::Tensor& index, const at::Scalar& value) {
+  if (index.numel() != 0) {
+    AT_DISPATCH_V2(self.scalar_type(), "detops_scatter_value", AT_WRAP([&] { (void)value.to<scalar_t>(); }),
+                   AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kHalf, at::kBFloat16, at::kBool);
+  }
   return at::scalar_tensor(value, self.options()).expand(index.sizes());
 }
 

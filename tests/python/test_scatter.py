@@ -261,6 +261,20 @@ def test_bad_reduce_dtype_and_overlap():
         D.scatter.src_out(x, 0, index, torch.ones(1, 3), out=torch.empty(0, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("kind", ["value", "value_reduce"])
+def test_a_value_the_dtype_cannot_hold_raises_as_stock(kind):
+    # Stock's kernels convert the value with Scalar::to<scalar_t>(), which raises on overflow; an empty index
+    # converts nothing.
+    x = torch.zeros(3, dtype=torch.half)
+    kwargs = {"reduce": "add"} if kind == "value_reduce" else {}
+    for op in (getattr(torch.ops.aten.scatter, kind), getattr(D.scatter, kind)):
+        with pytest.raises(RuntimeError, match="cannot be converted to type c10::Half without overflow"):
+            op(x, 0, torch.tensor([0, 1]), 1e6, **kwargs)
+        assert torch.equal(op(x, 0, torch.tensor([], dtype=torch.long), 1e6, **kwargs), x)
+    assert torch.equal(D.scatter.value_reduce(x, 0, torch.tensor([0, 0]), 1e4, reduce="add"),
+                       torch.tensor([2e4, 0, 0], dtype=torch.half))
+
+
 @pytest.mark.parametrize("kind", ["src", "reduce"])
 def test_bitwise_reruns_and_thread_counts(kind):
     g = torch.Generator().manual_seed(12)
