@@ -7,7 +7,10 @@
 #include "ops/pooling_op.h"
 #include "ops/sort_reduce_cpu.h"
 
+#include <ATen/native/AdaptivePooling.h>
 #include <ATen/native/Pool.h>
+#include <ATen/ops/avg_pool3d_backward_cpu_dispatch.h>
+#include <ATen/ops/avg_pool3d_backward_cuda_dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
@@ -241,12 +244,14 @@ PoolShape check_fractional(const char* op, const at::Tensor& grad_output, const 
 
 at::Tensor adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
   const PoolShape s = check_pool_backward("adaptive_avg_pool2d_backward", grad_output, self, 2);
+  at::native::adaptive_pool_empty_output_check(grad_output, "adaptive_avg_pool2d_backward");
   return avg_backward(grad_output, self, s, /*adaptive=*/true, false, 0, /*keep_format=*/true);
 }
 
 static at::Tensor adaptive_avg_pool3d_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
                                                     at::Tensor* into) {
   const PoolShape s = check_pool_backward("adaptive_avg_pool3d_backward", grad_output, self, 3);
+  at::native::adaptive_pool_empty_output_check(grad_output, "adaptive_avg_pool3d_backward");
   return avg_backward(grad_output, self, s, /*adaptive=*/true, false, 0, /*keep_format=*/false, into);
 }
 
@@ -264,6 +269,19 @@ static at::Tensor avg_pool3d_backward_into(const at::Tensor& grad_output, const 
                                            at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                                            bool ceil_mode, bool count_include_pad,
                                            std::optional<int64_t> divisor_override, at::Tensor* into) {
+  if (!engine_dtype(self.scalar_type())) {
+    // Integers: stock's kernel (exact; stock CUDA has none and raises).
+    if (into != nullptr) {
+      return self.is_cuda() ? at::cuda::avg_pool3d_backward_outf(grad_output, self, kernel_size, stride, padding,
+                                                                 ceil_mode, count_include_pad, divisor_override, *into)
+                            : at::cpu::avg_pool3d_backward_outf(grad_output, self, kernel_size, stride, padding,
+                                                                ceil_mode, count_include_pad, divisor_override, *into);
+    }
+    return self.is_cuda() ? at::cuda::avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+                                                          count_include_pad, divisor_override)
+                          : at::cpu::avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+                                                         count_include_pad, divisor_override);
+  }
   const PoolShape s = check_avg_pool3d(grad_output, self, kernel_size, stride, padding, ceil_mode, divisor_override);
   return avg_backward(grad_output, self, s, /*adaptive=*/false, count_include_pad, divisor_override.value_or(0),
                       /*keep_format=*/false, into);
@@ -289,8 +307,9 @@ at::Tensor& avg_pool3d_backward_out(const at::Tensor& grad_output, const at::Ten
 static at::Tensor adaptive_max_pool2d_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
                                                     const at::Tensor& indices, at::Tensor* into) {
   constexpr const char* op = "adaptive_max_pool2d_backward";
-  return max_backward(op, grad_output, self, indices, check_pool_backward(op, grad_output, self, 2),
-                      /*keep_format=*/true, into);
+  const PoolShape s = check_pool_backward(op, grad_output, self, 2);
+  at::native::adaptive_pool_empty_output_check(grad_output, op);
+  return max_backward(op, grad_output, self, indices, s, /*keep_format=*/true, into);
 }
 
 at::Tensor adaptive_max_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
@@ -307,8 +326,9 @@ at::Tensor& adaptive_max_pool2d_backward_out(const at::Tensor& grad_output, cons
 static at::Tensor adaptive_max_pool3d_backward_into(const at::Tensor& grad_output, const at::Tensor& self,
                                                     const at::Tensor& indices, at::Tensor* into) {
   constexpr const char* op = "adaptive_max_pool3d_backward";
-  return max_backward(op, grad_output, self, indices, check_pool_backward(op, grad_output, self, 3),
-                      /*keep_format=*/false, into);
+  const PoolShape s = check_pool_backward(op, grad_output, self, 3);
+  at::native::adaptive_pool_empty_output_check(grad_output, op);
+  return max_backward(op, grad_output, self, indices, s, /*keep_format=*/false, into);
 }
 
 at::Tensor adaptive_max_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self,

@@ -432,6 +432,35 @@ def test_empty_inputs():
     assert ops.max_pool3d_with_indices_backward(g, x, [2], [2], [0], [1], False, idx).shape == x.shape
 
 
+def test_adaptive_pools_reject_an_empty_non_batch_dimension_as_stock():
+    # Stock's adaptive_pool_empty_output_check (its meta functions and CUDA kernels): every grad_output dimension but
+    # the first non-empty; an empty batch passes.
+    for name, x, g, extra in (
+            ("_adaptive_avg_pool2d_backward", torch.randn(2, 0, 4, 4), torch.randn(2, 0, 1, 1), ()),
+            ("_adaptive_avg_pool2d_backward", torch.randn(2, 3, 4, 4), torch.randn(2, 3, 0, 2), ()),
+            ("_adaptive_avg_pool3d_backward", torch.randn(2, 0, 4, 4, 4), torch.randn(2, 0, 1, 1, 1), ()),
+            ("adaptive_max_pool2d_backward", torch.randn(2, 0, 4, 4), torch.randn(2, 0, 1, 1),
+             (torch.zeros(2, 0, 1, 1, dtype=torch.long),)),
+            ("adaptive_max_pool3d_backward", torch.randn(2, 0, 4, 4, 4), torch.randn(2, 0, 1, 1, 1),
+             (torch.zeros(2, 0, 1, 1, 1, dtype=torch.long),))):
+        with pytest.raises(RuntimeError, match="Expected grad_output to have non-zero size for non-batch dimensions"):
+            getattr(ops, name)(g, x, *extra)
+        stock = getattr(torch.ops.aten, name).default
+        with pytest.raises(RuntimeError, match="Expected grad_output to have non-zero size for non-batch dimensions"):
+            stock(g, x, *extra)
+    assert ops._adaptive_avg_pool2d_backward(torch.randn(0, 2, 2), torch.randn(0, 4, 4)).shape == (0, 4, 4)
+
+
+def test_avg_pool3d_of_integers_is_stocks():
+    x = torch.randint(0, 10, (1, 2, 4, 5, 6))
+    g = torch.randint(-50, 50, (1, 2, 2, 3, 4))
+    args = ([2, 2, 2], [2, 2, 2], [0, 1, 1], False, True, None)
+    expected = torch.ops.aten.avg_pool3d_backward(g, x, *args)
+    assert expected.dtype == torch.long and torch.equal(ops.avg_pool3d_backward(g, x, *args), expected)
+    out = torch.empty(0, dtype=torch.long)
+    assert ops.avg_pool3d_backward.grad_input(g, x, *args, grad_input=out) is out and torch.equal(out, expected)
+
+
 # ---- bad inputs ----
 
 def test_bad_inputs_raise_clear_errors():
