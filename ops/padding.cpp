@@ -79,6 +79,13 @@ PadDims check_pad_backward(const PadOp& op, const at::Tensor& grad_output, const
     TORCH_CHECK(grad_output.size(i) == self.size(i), op.name, "(): grad_output sizes ", grad_output.sizes(),
                 " do not match self sizes ", self.sizes(), " in dimension ", i);
   }
+  if (n == 3 && !op.reflect) {
+    // Stock's replication_pad3d (CPU and CUDA): only the batch may be empty.
+    bool nonempty = true;
+    for (int64_t i = ndim == 5 ? 1 : 0; i < ndim; ++i) nonempty = nonempty && self.size(i) != 0;
+    TORCH_CHECK(nonempty, "Expected 4D or 5D (batch mode) tensor with possibly 0 batch size and other non-zero ",
+                "dimensions for input, but got: ", self.sizes());
+  }
   PadDims d{};
   for (int k = 0; k < 3; ++k) {
     d.isize[k] = 1;
