@@ -4,7 +4,7 @@ scripts/gpu_run.sh runs under compute-sanitizer (memcheck, racecheck, initcheck,
 
 Every covered overload (``detops.covered_ops()``) with every case registered for it in ``detops.cases``
 (``full=False``: the small shapes), and the calls of ``EXTRA_CASES`` for the paths those miss (the max pools'
-gather and gated engine), built on the CPU from a fixed seed and copied to the device, is run once through
+gather and gated engine, the average pools' two steps), built on the CPU from a fixed seed and copied to the device, is run once through
 ``torch.ops.detops.<name>.<overload>`` for each dtype (floating-point tensors converted).
 On CUDA the result is also compared bit for bit with the CPU twin on the same inputs (the order contract).
 Inputs are built on the CPU, so the CUDA kernels that run are (nearly) only the detops ones.
@@ -92,6 +92,25 @@ EXTRA_CASES = [
          (1, 4, 15, 17, 19), ([2, 3, 2], [9, 10, 12])),
     )
     for moved in (False, True)
+]
+
+
+def _avg_pool_two_steps(shape, out_shape, args: tuple) -> C.Builder:
+    """An average pool's call of at least 65,536 input elements (its CUDA path takes two steps, docs/pooling.md)."""
+    def build(device, g, full: bool) -> C.Call:
+        return C.Call((torch.randn(out_shape, generator=g), torch.randn(shape, generator=g)) + args, {}, 0)
+
+    return build
+
+
+# The average pools' two steps: the scale step and the gather over its scratch, 32-bit indices, with elements of
+# at most and of more than 32 windows.
+EXTRA_CASES += [
+    C.Case("aten::avg_pool3d_backward", "two_steps",
+           _avg_pool_two_steps((1, 4, 10, 40, 42), (1, 4, 5, 20, 21), ([3, 3, 3], [2, 2, 2], [1, 1, 1], False, True,
+                                                                        None)), "two_steps"),
+    C.Case("aten::_adaptive_avg_pool2d_backward", "two_steps_many_windows",
+           _avg_pool_two_steps((1, 16, 256, 16), (1, 16, 300, 160), ()), "two_steps_many_windows"),
 ]
 
 
