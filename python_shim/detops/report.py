@@ -237,13 +237,18 @@ def _fresh(call: _cases.Call, device=None) -> Tuple[tuple, dict]:
     return tuple(copy(a) for a in call.args), {k: copy(v) for k, v in call.kwargs.items()}
 
 
-def _median_time(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
+def _median_times(fns, reps: int) -> list:
+    """Median µs of each of `fns` over `reps` rounds, one call of each per round in turn, after one warm-up round:
+    a machine whose speed drifts during the measurement moves every fn alike, so their ratio holds."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for t, fn in zip(times, fns):
+            start = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - start)
+    return [statistics.median(t) * 1e6 for t in times]
 
 
 def _measure_case(case: _cases.Case, reruns: int, reps: int, cuda: bool) -> dict:
@@ -279,8 +284,8 @@ def _measure_case(case: _cases.Case, reruns: int, reps: int, cuda: bool) -> dict
     try:
         # NB: timed at one thread, both sides: a fair comparison, and stable on a busy machine.
         torch.set_num_threads(1)
-        t_twin = _median_time(lambda: twin(*fresh_twin[0], **fresh_twin[1]), reps)
-        t_stock = _median_time(lambda: stock(*fresh_stock[0], **fresh_stock[1]), reps)
+        t_twin, t_stock = _median_times([lambda: twin(*fresh_twin[0], **fresh_twin[1]),
+                                         lambda: stock(*fresh_stock[0], **fresh_stock[1])], reps)
     finally:
         torch.set_num_threads(threads)
     result["cpu_twin_us"], result["cpu_stock_us"] = t_twin, t_stock
@@ -400,7 +405,7 @@ def run_report(reruns: int = 10, reps: int = 5, out_dir=None, results_dir=None, 
         p("GPU columns need a CUDA device: none here, so 'CUDA rerun bitwise' and 'CUDA == CPU twin' are not "
           "measured; GPU times come from the committed results below.")
     p(f"Live CPU checks (small shapes): each twin rerun {reruns}x, alternating 1 and {torch.get_num_threads()} "
-      f"threads; times at one thread, medians of {reps}.")
+      f"threads; times at one thread, medians of {reps} alternated calls.")
     p(f"GPU times: {gpu_title if gpu_title else 'none measured yet'}")
     p("")
     header = ["aten overload", "stock CUDA under the flag", "detops", "CPU rerun bitwise",

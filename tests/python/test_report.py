@@ -213,3 +213,19 @@ def test_bench_measures_the_first_cases_first(tmp_path):
     entries = bench_ops.read_first_file(str(REPO / "bench" / "measure_first.txt"))
     assert len(entries) >= 20
     assert len(bench_ops.measure_first(known, entries, known)) == len(known)
+
+
+def test_report_times_twin_and_stock_alternately():
+    # One call of each per round after a warm-up round: a drift of the machine's speed moves both alike.
+    import time
+    calls = []
+
+    def make(name, seconds):
+        def fn():
+            calls.append(name)
+            time.sleep(seconds)
+        return fn
+
+    twin_us, stock_us = R._median_times([make("twin", 0.002), make("stock", 0.001)], 3)
+    assert calls == ["twin", "stock"] * 4
+    assert twin_us >= 2000 and stock_us >= 1000 and twin_us > stock_us
