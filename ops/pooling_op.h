@@ -625,6 +625,7 @@ void avg_pool_backward_run(at::Tensor& grad_in, const at::Tensor& grad_out, cons
                            const ForEach& for_each) {
   using acc_t = acc_type<scalar_t>;
   const int64_t n = grad_in.numel();
+  if (n == 0) return;
   with_avg_pool_op<scalar_t>(grad_in, grad_out, d, adaptive, count_include_pad, divisor_override, force_general,
                              [&](const auto& op) {
     if (!avg_pool_two_steps(steps, n)) return for_each(op, n);
