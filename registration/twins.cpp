@@ -7,6 +7,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 namespace {
@@ -58,6 +59,27 @@ TORCH_LIBRARY_IMPL(detops, CPU, m) {
 }
 
 TORCH_LIBRARY_IMPL(detops, CUDA, m) {
+#include "registration/ops.def"
+}
+
+#undef DETOPS_OP
+
+// The twins have no derivatives of their own. Where an input requires grad, their outputs get a grad_fn that
+// raises on backward (derivative not implemented) instead of the gradients an op without an autograd kernel
+// leaves silently missing; the aten ops (the overrides) are the ones to differentiate.
+#define DETOPS_OP(header, name, overload, front_end, stock) \
+  m.impl(detops::table::qualified(#name, #overload).c_str(), torch::autograd::autogradNotImplementedFallback());
+
+TORCH_LIBRARY_IMPL(detops, Autograd, m) {
+#include "registration/ops.def"
+}
+
+#undef DETOPS_OP
+#define DETOPS_OP(header, name, overload, front_end, stock)     \
+  m.impl(detops::table::qualified(#name, #overload).c_str(), \
+         torch::autograd::autogradNotImplementedInplaceOrViewFallback());
+
+TORCH_LIBRARY_IMPL(detops, ADInplaceOrView, m) {
 #include "registration/ops.def"
 }
 

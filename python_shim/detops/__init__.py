@@ -87,21 +87,49 @@ def _check_torch_version(built_for: str, running: str) -> None:
             "reinstall detops in this environment (pip install --force-reinstall --no-deps <detops source>)")
 
 
+def _registered_by() -> Optional[List[str]]:
+    """None while no copy of ``libdetops.so`` has registered the detops ops in this process; else the loaded
+    libraries that may have (``torch.ops.load_library``'s, by name; empty where one is linked into a program)."""
+    if not hasattr(torch.ops.detops, "get_mode"):
+        return None
+    return sorted(p for p in torch.ops.loaded_libraries if os.path.basename(p) == "libdetops.so")
+
+
+def _same_file(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def load_library(path: Optional[str] = None) -> str:
-    """Loads ``libdetops.so`` once (later calls return the path already loaded)."""
+    """Loads ``libdetops.so`` once and returns its path; a later call returns that path, and raises if ``path``
+    names another file. Where a copy is already loaded (``torch.ops.load_library``), it is taken as it is if it is
+    the file asked for (``path``, ``$DETOPS_LIBRARY``) or none is asked for; a second copy would register the
+    detops namespace twice, which aborts the process, so any other raises ImportError."""
     global _loaded_path
-    if _loaded_path is None:
-        _check_environment()
-        resolved = path or library_path()
-        if pathlib.Path(resolved).resolve().parent == pathlib.Path(__file__).resolve().parent:
-            try:  # an installed wheel: libdetops.so beside the package, with the torch it was built for
-                from . import _build_info
-            except ImportError:
-                _build_info = None
-            if _build_info is not None:
-                _check_torch_version(_build_info.TORCH_VERSION, torch.__version__)
-        torch.ops.load_library(resolved)
-        _loaded_path = resolved
+    if _loaded_path is not None:
+        if path is not None and not _same_file(path, _loaded_path):
+            raise ImportError(f"detops.load_library({path!r}): detops is loaded from {_loaded_path}; one process "
+                              "takes one copy of libdetops.so (a second registers its ops twice)")
+        return _loaded_path
+    _check_environment()
+    asked = path or os.environ.get("DETOPS_LIBRARY") or None
+    loaded = _registered_by()
+    if loaded is not None:
+        if asked is not None and not any(_same_file(asked, p) for p in loaded):
+            where = ", ".join(loaded) or "a library linked into this program"
+            raise ImportError(f"detops: the detops ops are already registered by {where}; loading {asked} "
+                              "too would register them twice: load one copy")
+        _loaded_path = loaded[0] if loaded else "(registered before import)"
+        return _loaded_path
+    resolved = path or library_path()
+    if pathlib.Path(resolved).resolve().parent == pathlib.Path(__file__).resolve().parent:
+        try:  # an installed wheel: libdetops.so beside the package, with the torch it was built for
+            from . import _build_info
+        except ImportError:
+            _build_info = None
+        if _build_info is not None:
+            _check_torch_version(_build_info.TORCH_VERSION, torch.__version__)
+    torch.ops.load_library(resolved)
+    _loaded_path = resolved
     return _loaded_path
 
 
@@ -148,10 +176,17 @@ def mode(name: str) -> Iterator[None]:
         route_compile(compiled)
 
 
+def _switch(fn: str, value) -> bool:
+    """A switch's value: True or False (1 or 0); anything else, "0" or "off" say, raises."""
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"detops.{fn}(): expected True or False, but got {value!r}")
+
+
 def set_strict(enabled: bool) -> None:
     """Strict mode validates indices on the host: an out-of-range index raises instead of killing the
     CUDA context (one device-to-host copy per call)."""
-    torch.ops.detops.set_strict(bool(enabled))
+    torch.ops.detops.set_strict(_switch("set_strict", enabled))
 
 
 def get_strict() -> bool:
@@ -160,6 +195,8 @@ def get_strict() -> bool:
 
 @contextlib.contextmanager
 def strict(enabled: bool = True) -> Iterator[None]:
+    """Runs the block with strict mode on (or off) and restores the previous setting afterwards."""
+    enabled = _switch("strict", enabled)
     previous = get_strict()
     set_strict(enabled)
     try:

@@ -101,6 +101,9 @@ def _upsample_backward_in_grad_format(grad_output, output_size, input_size, *arg
 def _median(self, dim, keepdim=False):
     # (values, indices): self's shape without dim (size 1 with keepdim); a 0-d self gives 0-d results.
     shape = list(self.shape)
+    ndim = max(len(shape), 1)
+    if not -ndim <= dim < ndim:  # stock's maybe_wrap_dim
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {dim})")
     if shape:
         d = dim % len(shape)
         if keepdim:

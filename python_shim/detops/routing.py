@@ -34,7 +34,8 @@ overload. While routing is on, every overload of :func:`detops.covered_ops` is t
 off puts the very same entries back. Inductor is imported lazily: if it is not imported yet, the switch is
 applied when it is. The FX-graph and AOTAutograd caches key compiled graphs on
 ``torch.compiler.config.cache_key_tag``; while routing is on, ``detops.route_compile`` is appended to it,
-so a graph compiled with the other setting is never reused (turning routing off restores the tag). Functions
+so a graph compiled with the other setting is never reused (turning routing off takes it out again, and the
+rest of the tag, whoever set it, is kept). Functions
 already compiled keep the graph they were compiled with: call ``torch._dynamo.reset()`` after a change.
 
 ``import detops`` turns the three switches on in modes ``auto`` and ``always`` and off in mode ``off``;
@@ -111,7 +112,7 @@ _INDUCTOR_DECOMPOSITION = "torch._inductor.decomposition"
 COMPILE_CACHE_TAG = "detops.route_compile"
 # The entries route_compile took out of inductor's decomposition table, to be put back as they were.
 _taken: Dict[Any, Callable[..., Any]] = {}
-_compile_state = {"routed": False, "stock_tag": None}
+_compile_state = {"routed": False}
 
 
 def _covered_aten_overloads() -> List[Any]:
@@ -158,14 +159,18 @@ class _ApplyOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 _HOOK = _ApplyOnImport()
 
 
+def _tagged(tag: str, routed: bool) -> str:
+    """``tag`` with ``+detops.route_compile`` at its end (routed) or nowhere: the rest, whoever set it, kept."""
+    parts = [p for p in (tag or "").split("+") if p != COMPILE_CACHE_TAG]
+    rest = "+".join(parts)
+    if not routed:
+        return rest
+    return f"{rest}+{COMPILE_CACHE_TAG}" if rest else COMPILE_CACHE_TAG
+
+
 def _set_cache_tag(routed: bool) -> None:
-    tag = _compiler_config.cache_key_tag
-    if routed and _compile_state["stock_tag"] is None:
-        _compile_state["stock_tag"] = tag
-        _compiler_config.cache_key_tag = f"{tag}+{COMPILE_CACHE_TAG}" if tag else COMPILE_CACHE_TAG
-    elif not routed and _compile_state["stock_tag"] is not None:
-        _compiler_config.cache_key_tag = _compile_state["stock_tag"]
-        _compile_state["stock_tag"] = None
+    # NB: only our part of the tag changes: a tag the user sets while routing is on (or off) stays.
+    _compiler_config.cache_key_tag = _tagged(_compiler_config.cache_key_tag, routed)
 
 
 def route_compile(enabled: bool) -> bool:

@@ -55,6 +55,45 @@ def test_opcheck(op):
     torch.library.opcheck(C.twin_op(op), args, kwargs, test_utils=ALL_TESTS)
 
 
+def _requiring_grad(args, kwargs, op):
+    """The case's floating-point inputs (not its written arguments) set to require grad."""
+    written = _functionalize.written_arguments(C.twin_op(op))
+    schema = C.twin_op(op)._schema
+    names = [a.name for a in schema.arguments]
+
+    def grad(v, name):
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and name not in written:
+            return v.detach().clone().requires_grad_(True)
+        return v
+
+    return (tuple(grad(v, names[i]) for i, v in enumerate(args)),
+            {k: grad(v, k) for k, v in kwargs.items()})
+
+
+@pytest.mark.parametrize("op", [op for op in COVERED if op not in WRITING])
+def test_twins_raise_on_backward_instead_of_leaving_gradients_out(op):
+    # No derivatives of their own: where an input requires grad, backward raises (the aten overrides are the ones
+    # to differentiate) instead of the gradients of an op without an autograd kernel going silently missing.
+    args, kwargs = _requiring_grad(*one_case(op), op)
+    if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in (*args, *kwargs.values())):
+        pytest.skip("no floating-point input")
+    torch.library.opcheck(C.twin_op(op), args, kwargs, test_utils=("test_autograd_registration",))
+    outputs = [t for t in C.output_tensors(C.twin_op(op)(*args, **kwargs)) if t.requires_grad]
+    assert outputs, op
+    with pytest.raises(RuntimeError, match="derivative for detops::.* is not implemented"):
+        sum(t.double().sum() for t in outputs).backward()
+
+
+def test_in_place_twins_keep_autograd_rules():
+    index = torch.tensor([0, 1, 1])
+    leaf = torch.zeros(5, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        torch.ops.detops.index_add_(leaf, 0, index, torch.ones(3, 3))
+    x = torch.zeros(5, 3)
+    version = x._version
+    assert torch.ops.detops.index_add_(x, 0, index, torch.ones(3, 3)) is x and x._version > version
+
+
 def test_fake_results_match_real_results_in_strides():
     # Channels-last self: the 2-d adaptive pools keep the format, as stock's kernels do.
     self = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
@@ -65,6 +104,24 @@ def test_fake_results_match_real_results_in_strides():
     with FakeTensorMode() as mode:
         fake = torch.ops.detops._adaptive_avg_pool2d_backward(mode.from_tensor(grad), mode.from_tensor(self))
     assert fake.shape == real.shape and fake.stride() == real.stride() and fake.dtype == real.dtype
+
+
+@pytest.mark.parametrize("name", ["median", "nanmedian"])
+def test_fake_median_checks_dim_as_the_twin(name):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    op = getattr(torch.ops.detops, name).dim_values
+    x = torch.randn(3, 4)
+    for dim in (5, -3, 2):
+        with pytest.raises(IndexError, match="Dimension out of range"):
+            op(x, dim, False, values=torch.empty(0), indices=torch.empty(0, dtype=torch.long))
+        with FakeTensorMode() as mode, pytest.raises(IndexError, match="Dimension out of range"):
+            op(mode.from_tensor(x), dim, False, values=mode.from_tensor(torch.empty(0)),
+               indices=mode.from_tensor(torch.empty(0, dtype=torch.long)))
+    with FakeTensorMode() as mode:
+        values, _ = op(mode.from_tensor(x), -2, True, values=mode.from_tensor(torch.empty(0)),
+                       indices=mode.from_tensor(torch.empty(0, dtype=torch.long)))
+    assert values.shape == (1, 4)
 
 
 @pytest.mark.parametrize("op", ["aten::index_add", "aten::scatter_add", "aten::bincount",

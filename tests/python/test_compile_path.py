@@ -127,6 +127,15 @@ def test_route_compile_marks_the_compile_cache_key():
         config.cache_key_tag = ""
         detops.route_compile(True)
         assert config.cache_key_tag == routing.COMPILE_CACHE_TAG
+        # A tag the user sets while routing is on is kept through the mode switches.
+        config.cache_key_tag = "experiment-7"
+        with detops.mode("off"):
+            assert config.cache_key_tag == "experiment-7"
+        assert config.cache_key_tag == "experiment-7+" + routing.COMPILE_CACHE_TAG
+        with detops.mode("always"):
+            assert config.cache_key_tag == "experiment-7+" + routing.COMPILE_CACHE_TAG
+        detops.route_compile(False)
+        assert config.cache_key_tag == "experiment-7"
     finally:
         detops.route_compile(False)
         config.cache_key_tag = previous

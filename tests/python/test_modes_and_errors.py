@@ -3,6 +3,7 @@
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -148,6 +149,21 @@ def test_strict_api_and_context_manager():
     assert not detops.get_strict()
 
 
+def test_strict_takes_true_or_false_only():
+    detops.set_strict(False)
+    for bad in ("0", "off", 2, None):
+        with pytest.raises(TypeError, match="expected True or False"):
+            detops.set_strict(bad)
+        with pytest.raises(TypeError, match="expected True or False"):
+            with detops.strict(bad):
+                pass
+        assert not detops.get_strict()
+    detops.set_strict(1)
+    assert detops.get_strict()
+    detops.set_strict(0)
+    assert not detops.get_strict()
+
+
 def run_python(code, **env):
     full_env = dict(os.environ, **env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
@@ -188,6 +204,37 @@ def test_loading_the_library_with_a_bad_mode_warns_and_never_kills_the_process()
 def test_missing_library_path_is_a_clear_error():
     result = run_python("import detops", DETOPS_LIBRARY="/nonexistent/libdetops.so")
     assert result.returncode != 0 and "DETOPS_LIBRARY" in result.stderr
+
+
+def test_one_copy_of_the_library_per_process(tmp_path):
+    # A second copy would register the detops ops twice, which aborts the process in torch.ops.load_library:
+    # load_library and import detops raise ImportError instead, and take a copy already loaded where it is the
+    # one asked for (or none is).
+    lib = detops.library_path()
+    copy = tmp_path / "libdetops.so"
+    shutil.copy2(lib, copy)
+    env = {k: v for k, v in os.environ.items() if k != "DETOPS_LIBRARY"}
+    cases = [
+        # (code, DETOPS_LIBRARY or None, expected stdout, expected error)
+        (f"import torch; torch.ops.load_library({str(copy)!r}); import detops; print(detops.load_library())",
+         None, str(copy), None),
+        (f"import torch; torch.ops.load_library({str(copy)!r}); import detops; print(detops.get_mode())",
+         str(copy), "auto", None),
+        (f"import torch; torch.ops.load_library({str(copy)!r}); import detops", lib, None,
+         "ImportError: detops: the detops ops are already registered by"),
+        ("import detops; print(detops.load_library(detops.load_library()))", lib, lib, None),
+        (f"import detops; detops.load_library({str(copy)!r})", lib, None,
+         "ImportError: detops.load_library("),
+        ("import detops; detops.load_library('/no/such/libdetops.so')", lib, None, "ImportError"),
+    ]
+    for code, library, stdout, error in cases:
+        run_env = dict(env, **({"DETOPS_LIBRARY": library} if library else {}))
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env,
+                                timeout=120)
+        if error is None:
+            assert result.returncode == 0 and result.stdout.strip() == stdout, (code, result.stderr)
+        else:
+            assert result.returncode == 1 and error in result.stderr, (code, result.returncode, result.stderr)
 
 
 @pytest.mark.parametrize(
