@@ -4,6 +4,7 @@ see detops/report.py) and ``demo`` (load, turn the flag on, run each covered op)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
@@ -77,14 +78,21 @@ def audit_command(target: str, show_all: bool, compiled: bool = False) -> int:
     return 0 if result.ok else 1
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m detops")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="load the library and run the covered ops under the flag")
     report = sub.add_parser("report", help="per covered op: stock under the flag, detops, bitwise reruns, "
                                            "CUDA == CPU twin, time vs stock; writes a PNG chart")
-    report.add_argument("--reruns", type=int, default=10, help="reruns of each twin for the bitwise check")
-    report.add_argument("--reps", type=int, default=5, help="timed repetitions (median) per CPU measurement")
+    report.add_argument("--reruns", type=_at_least_one, default=10, help="reruns of each twin for the bitwise check")
+    report.add_argument("--reps", type=_at_least_one, default=5, help="timed repetitions (median) per CPU measurement")
     report.add_argument("--out-dir", default=None, help="where the chart goes (default: report/)")
     report.add_argument("--results", default=None, help="a benchmark JSON to show instead of the latest "
                                                         "committed one in bench/results/")
@@ -104,7 +112,18 @@ def main(argv=None) -> int:
     if args.command == "audit":
         return audit_command(args.target, args.all, args.compiled)
     if args.command == "report":
+        from detops import cases
         from detops.report import run_report
+
+        known = {c.shape for c in cases.all_cases()}
+        unknown = sorted(set(args.shapes or ()) - known)
+        if unknown:
+            parser.error(f"report --shapes: no case has the shape(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(known))}")
+        if args.results is not None and not os.path.isfile(args.results):
+            parser.error(f"report --results {args.results}: no such file")
+        if args.results_dir is not None and not os.path.isdir(args.results_dir):
+            parser.error(f"report --results-dir {args.results_dir}: no such directory")
 
         run_report(reruns=args.reruns, reps=args.reps, out_dir=args.out_dir, results_dir=args.results_dir,
                    results_file=args.results, shapes=args.shapes)

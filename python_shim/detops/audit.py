@@ -125,8 +125,13 @@ class AuditResult:
                 lines.append(f"    {e.op:48s} " + "; ".join(d for d in detail if d))
         if self.error:
             lines.append(f"INCOMPLETE: the run stopped at the last overload recorded: {self.error}")
-        verdict = "OK: nothing throws under the flag with detops" if self.ok else (
-            f"NOT OK: {len(self.ops(NOT_COVERED))} overload(s) throw under the flag even with detops")
+        throwing = len(self.ops(NOT_COVERED))
+        if self.ok:
+            verdict = "OK: nothing throws under the flag with detops"
+        elif throwing:
+            verdict = f"NOT OK: {throwing} overload(s) throw under the flag even with detops"
+        else:
+            verdict = "NOT OK: the run did not complete; none of the overloads it reached throws under the flag"
         lines.append(verdict + (f" (detops mode is {self.detops_mode!r})" if self.detops_mode != "auto" else ""))
         return "\n".join(lines)
 

@@ -666,3 +666,14 @@ def test_cli_audit(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "detops", "audit", "no_colon"], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=300)
     assert bad.returncode == 2 and "module:function" in bad.stderr
+
+
+def test_an_incomplete_run_with_nothing_that_throws_says_so():
+    def fn():
+        torch.zeros(3).index_add_(0, torch.tensor([0]), torch.ones(1))
+        raise ValueError("boom")
+
+    result = detops.audit(fn)
+    assert not result.complete and not result.ok and result.ops(NOT_COVERED) == []
+    text = result.format()
+    assert "INCOMPLETE" in text and "NOT OK: the run did not complete" in text and "0 overload(s)" not in text

@@ -229,3 +229,18 @@ def test_report_times_twin_and_stock_alternately():
     twin_us, stock_us = R._median_times([make("twin", 0.002), make("stock", 0.001)], 3)
     assert calls == ["twin", "stock"] * 4
     assert twin_us >= 2000 and stock_us >= 1000 and twin_us > stock_us
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["report", "--shapes", "nosuch"], "no case has the shape"),
+    (["report", "--reps", "0"], "expected 1 or more"),
+    (["report", "--reruns", "-1"], "expected 1 or more"),
+    (["report", "--results", "/no/such.json"], "no such file"),
+    (["report", "--results-dir", "/no/such/dir"], "no such directory"),
+])
+def test_report_command_rejects_bad_arguments(argv, message, capsys):
+    from detops.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
