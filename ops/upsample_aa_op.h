@@ -308,23 +308,49 @@ inline bool upsample_aa_fits_int32(const at::Tensor& grad_in, const at::Tensor& 
 // element per index with 32-bit or 64-bit index math. All give the same bits (tests/cpp/test_cpu_paths.cpp).
 enum class AaPath : int { Auto = 0, Planes = 1, Columns = 2, Elements32 = 3, Elements64 = 4 };
 
+// N values of T side by side as one vector (GCC's vector extension: element-wise operations, the same IEEE
+// operations as on each value alone).
+template <typename T, int N>
+struct LaneVector {
+  typedef T type __attribute__((vector_size(N * sizeof(T))));
+};
+
 // One (y, x) position per iteration, up to kLanes planes at a time as lanes: the same contributions in the
 // same order for every plane (up to kBlock * kBlock of them, the two-level tree with shared counters),
-// longer sequences element by element.
+// longer sequences element by element. grad_output is first copied planes-innermost (acc_t, per group of
+// planes, each position's lanes padded to whole vectors of 16 bytes), so that the lanes' sums run side by
+// side in registers over a position's contributions.
 template <typename scalar_t>
 void upsample_aa_backward_planes(const UpsampleAaBackwardOp<scalar_t>& op, int64_t planes, int64_t longest) {
   using acc_t = acc_type<scalar_t>;
   constexpr int64_t kLanes = 64;
+  // Lanes: kPerVector acc_t in 16 bytes (a register of the baseline x86-64).
+  constexpr int64_t kPerVector = static_cast<int64_t>(16 / sizeof(acc_t));
+  using Lanes = typename LaneVector<acc_t, static_cast<int>(kPerVector)>::type;
   const int64_t in_plane = op.ih * op.iw, out_plane = op.oh * op.ow;
   const int64_t groups = (planes + kLanes - 1) / kLanes;
+  const auto lanes_of = [&](int64_t g) { return std::min(kLanes, planes - g * kLanes); };
+  const auto stride_of = [&](int64_t g) { return (lanes_of(g) + kPerVector - 1) / kPerVector * kPerVector; };
+  // Group g's copy at g * kLanes * out_plane: position o's lanes at o * stride_of(g); padding lanes 0.
+  std::vector<acc_t> lanes_first(static_cast<size_t>(groups * kLanes * out_plane));
+  at::parallel_for(0, groups * op.oh, std::max<int64_t>(1, 16384 / (kLanes * op.ow)), [&](int64_t begin, int64_t end) {
+    for (int64_t go = begin; go < end; ++go) {
+      const int64_t g = go / op.oh, oy = go - g * op.oh, lanes = lanes_of(g), stride = stride_of(g);
+      acc_t* dst = lanes_first.data() + g * kLanes * out_plane + oy * op.ow * stride;
+      for (int64_t ox = 0; ox < op.ow; ++ox, dst += stride) {
+        const scalar_t* src = op.grad_out + g * kLanes * out_plane + oy * op.ow + ox;
+        for (int64_t l = 0; l < lanes; ++l) dst[l] = to_acc(src[l * out_plane]);
+        for (int64_t l = lanes; l < stride; ++l) dst[l] = acc_t(0);
+      }
+    }
+  });
   const int64_t grain =
       std::max<int64_t>(1, 16384 / std::max<int64_t>(1, std::min(planes, kLanes) * longest * op.iw));
   // One (group of planes, y) row per step, its x positions in the inner loop: no division per position.
   at::parallel_for(0, groups * op.ih, grain, [&](int64_t begin, int64_t end) {
-    acc_t block[kLanes], top[kLanes];
     const auto position = [&](int64_t g, int64_t y, int64_t x) {
       const int64_t pos = y * op.iw + x;
-      const int64_t p0 = g * kLanes, lanes = std::min(kLanes, planes - p0);
+      const int64_t p0 = g * kLanes, lanes = lanes_of(g), stride = stride_of(g);
       const int64_t a0 = op.rows.start[y], a1 = op.rows.start[y + 1];
       const int64_t b0 = op.cols.start[x], b1 = op.cols.start[x + 1];
       const int64_t total = (a1 - a0) * (b1 - b0);
@@ -337,32 +363,53 @@ void upsample_aa_backward_planes(const UpsampleAaBackwardOp<scalar_t>& op, int64
         for (int64_t l = 0; l < lanes; ++l) out[l * in_plane] = round_to<scalar_t>(acc_t(0));
         return;
       }
-      const scalar_t* base = op.grad_out + p0 * out_plane;
-      int in_block = 0;
-      bool any_top = false;
-      // NB: per plane, the pushes of TwoLevelTree (BlockFold's for up to kBlock), in source order.
-      for (int64_t a = a0; a < a1; ++a) {
-        const acc_t wy = op.rows.w[a];
-        const scalar_t* row = base + op.rows.out[a] * op.ow;
-        for (int64_t b = b0; b < b1; ++b) {
-          const acc_t w = mul_rn(op.cols.w[b], wy);
-          const scalar_t* src = row + op.cols.out[b];
-          if (in_block == 0) {
-            for (int64_t l = 0; l < lanes; ++l) block[l] = mul_rn(w, to_acc(src[l * out_plane]));
-          } else {
-            for (int64_t l = 0; l < lanes; ++l) block[l] = add_rn(block[l], mul_rn(w, to_acc(src[l * out_plane])));
-          }
-          if (++in_block == kBlock) {
-            for (int64_t l = 0; l < lanes; ++l) top[l] = any_top ? add_rn(top[l], block[l]) : block[l];
-            any_top = true;
-            in_block = 0;
+      const acc_t* base = lanes_first.data() + g * kLanes * out_plane;
+      // NB: kVectors vectors of lanes at c0 side by side (element-wise IEEE operations: each lane's value is its
+      // per-element code's), in registers; per plane, the pushes of TwoLevelTree (BlockFold's for up to
+      // kBlock), in source order.
+      const auto chunk = [&](int64_t c0, auto vectors) {
+        constexpr int kVectors = decltype(vectors)::value;
+        Lanes block[kVectors] = {}, top[kVectors] = {};
+        int in_block = 0;
+        bool any_top = false;
+        for (int64_t a = a0; a < a1; ++a) {
+          const acc_t wy = op.rows.w[a];
+          const acc_t* row = base + op.rows.out[a] * op.ow * stride + c0;
+          for (int64_t b = b0; b < b1; ++b) {
+            const acc_t w = mul_rn(op.cols.w[b], wy);
+            const acc_t* v = row + op.cols.out[b] * stride;
+            for (int k = 0; k < kVectors; ++k) {
+              Lanes x;
+              std::memcpy(&x, v + k * kPerVector, sizeof(x));
+              block[k] = in_block == 0 ? w * x : block[k] + w * x;
+            }
+            if (++in_block == kBlock) {
+              if (any_top) {
+                for (int k = 0; k < kVectors; ++k) top[k] = top[k] + block[k];
+              } else {
+                for (int k = 0; k < kVectors; ++k) top[k] = block[k];
+              }
+              any_top = true;
+              in_block = 0;
+            }
           }
         }
-      }
-      for (int64_t l = 0; l < lanes; ++l) {
-        const acc_t sum = in_block == 0 ? top[l] : (any_top ? add_rn(top[l], block[l]) : block[l]);
-        out[l * in_plane] = round_to<scalar_t>(add_rn(acc_t(0), sum));
-      }
+        if (in_block != 0) {
+          if (any_top) {
+            for (int k = 0; k < kVectors; ++k) top[k] = top[k] + block[k];
+          } else {
+            for (int k = 0; k < kVectors; ++k) top[k] = block[k];
+          }
+        }
+        acc_t sum[kVectors * kPerVector];
+        std::memcpy(sum, top, sizeof(sum));
+        const int64_t n = std::min<int64_t>(kVectors * kPerVector, lanes - c0);
+        for (int64_t j = 0; j < n; ++j) out[(c0 + j) * in_plane] = round_to<scalar_t>(add_rn(acc_t(0), sum[j]));
+      };
+      // Two vectors at a time while more than one remains (stride covers them: a whole number of vectors).
+      int64_t c0 = 0;
+      for (; lanes - c0 > kPerVector; c0 += 2 * kPerVector) chunk(c0, std::integral_constant<int, 2>());
+      if (c0 < lanes) chunk(c0, std::integral_constant<int, 1>());
     };
     for (int64_t gy = begin; gy < end; ++gy) {
       const int64_t g = gy / op.ih, y = gy - g * op.ih;
