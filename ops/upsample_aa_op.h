@@ -171,6 +171,7 @@ struct UpsampleAaElementOp {
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -332,11 +333,11 @@ void upsample_aa_backward_planes(const UpsampleAaBackwardOp<scalar_t>& op, int64
   const auto lanes_of = [&](int64_t g) { return std::min(kLanes, planes - g * kLanes); };
   const auto stride_of = [&](int64_t g) { return (lanes_of(g) + kPerVector - 1) / kPerVector * kPerVector; };
   // Group g's copy at g * kLanes * out_plane: position o's lanes at o * stride_of(g); padding lanes 0.
-  std::vector<acc_t> lanes_first(static_cast<size_t>(groups * kLanes * out_plane));
+  const std::unique_ptr<acc_t[]> lanes_first(new acc_t[static_cast<size_t>(groups * kLanes * out_plane)]);
   at::parallel_for(0, groups * op.oh, std::max<int64_t>(1, 16384 / (kLanes * op.ow)), [&](int64_t begin, int64_t end) {
     for (int64_t go = begin; go < end; ++go) {
       const int64_t g = go / op.oh, oy = go - g * op.oh, lanes = lanes_of(g), stride = stride_of(g);
-      acc_t* dst = lanes_first.data() + g * kLanes * out_plane + oy * op.ow * stride;
+      acc_t* dst = lanes_first.get() + g * kLanes * out_plane + oy * op.ow * stride;
       for (int64_t ox = 0; ox < op.ow; ++ox, dst += stride) {
         const scalar_t* src = op.grad_out + g * kLanes * out_plane + oy * op.ow + ox;
         for (int64_t l = 0; l < lanes; ++l) dst[l] = to_acc(src[l * out_plane]);
@@ -363,7 +364,7 @@ void upsample_aa_backward_planes(const UpsampleAaBackwardOp<scalar_t>& op, int64
         for (int64_t l = 0; l < lanes; ++l) out[l * in_plane] = round_to<scalar_t>(acc_t(0));
         return;
       }
-      const acc_t* base = lanes_first.data() + g * kLanes * out_plane;
+      const acc_t* base = lanes_first.get() + g * kLanes * out_plane;
       // NB: kVectors vectors of lanes at c0 side by side (element-wise IEEE operations: each lane's value is its
       // per-element code's), in registers; per plane, the pushes of TwoLevelTree (BlockFold's for up to
       // kBlock), in source order.
