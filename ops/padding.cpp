@@ -124,7 +124,11 @@ at::Tensor pad_backward(const PadOp& op, const at::Tensor& grad_output, const at
                         at::IntArrayRef padding, at::Tensor* into = nullptr) {
   const PadDims d = check_pad_backward(op, grad_output, self, padding);
   if (!engine_dtype(self.scalar_type())) {
-    return self.is_cuda() ? op.stock_cuda(grad_output, self, padding) : op.stock_cpu(grad_output, self, padding);
+    at::Tensor result =
+        self.is_cuda() ? op.stock_cuda(grad_output, self, padding) : op.stock_cpu(grad_output, self, padding);
+    // NB: every output cropped away (negative padding): the gradient is zero, where stock's CPU reflection 1-D and
+    // 3-D backwards return their result unwritten.
+    return grad_output.numel() == 0 ? result.zero_() : result;
   }
   const bool direct = can_take(into, self, self.sizes(), at::MemoryFormat::Contiguous, {grad_output, self});
   at::Tensor grad_in =
@@ -146,8 +150,9 @@ at::Tensor& pad_backward_out(const PadOp& op, const at::Tensor& grad_output, con
                              at::IntArrayRef padding, at::Tensor& grad_input) {
   if (!engine_dtype(self.scalar_type())) {
     check_pad_backward(op, grad_output, self, padding);
-    return self.is_cuda() ? op.stock_cuda_out(grad_output, self, padding, grad_input)
-                          : op.stock_cpu_out(grad_output, self, padding, grad_input);
+    at::Tensor& result = self.is_cuda() ? op.stock_cuda_out(grad_output, self, padding, grad_input)
+                                        : op.stock_cpu_out(grad_output, self, padding, grad_input);
+    return grad_output.numel() == 0 ? result.zero_() : result;  // as pad_backward
   }
   return copy_to_out(op.name, "grad_input", self, pad_backward(op, grad_output, self, padding, &grad_input),
                      grad_input);

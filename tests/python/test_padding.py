@@ -368,6 +368,15 @@ def test_complex_and_integer_dtypes_go_to_stock(kind, n):
     for op in (stock(kind, n), twin(kind, n)):
         with pytest.raises(NotImplementedError, match=re.escape(f'"{name}" not implemented for \'Long\'')):
             op(grad.long(), x.long(), pad)
+    # Every output cropped away: a zero gradient (stock's CPU reflection 1-D and 3-D backwards leave theirs
+    # unwritten), from the functional and the .grad_input overloads, over a buffer of 7s.
+    crop = [-2] * (2 * n)
+    empty = torch.zeros(out_shape(xc.shape, crop), dtype=torch.complex128)
+    assert empty.numel() == 0
+    assert torch.equal(twin(kind, n)(empty, xc, crop), torch.zeros_like(xc))
+    buf = torch.full_like(xc, 7)
+    assert torch.equal(twin(kind, n).grad_input(empty, xc, crop, grad_input=buf), torch.zeros_like(xc))
+    assert torch.equal(buf, torch.zeros_like(xc))
 
 
 # ---- bad inputs ----
