@@ -574,6 +574,31 @@ def test_gpu_average_pools_in_two_steps_equal_cpu_twin(name, shape, forward, dty
         assert torch.equal(twin_backward(out, grad, device="cuda", dtype=dtype), cuda)
 
 
+@pytest.mark.gpu
+def test_gpu_average_pool_in_two_steps_replays_in_a_cuda_graph():
+    """Captured into a CUDA graph, the scale step (its scratch from the graph's pool) and the gather replay: the
+    eager bits."""
+    name, shape, _ = TWO_STEP_CASES[0]
+    assert name == "avg3d"  # F.avg_pool3d(x, 3, stride=2, padding=1)
+    x = torch.randn(shape, device="cuda")
+    grad = torch.randn(F.avg_pool3d(x, 3, stride=2, padding=1).shape, device="cuda")
+    args = (grad, x, [3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, None)
+    eager = ops.avg_pool3d_backward(*args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ops.avg_pool3d_backward(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ops.avg_pool3d_backward(*args)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(captured, eager, "replayed")
+
+
 # Max pools of more than 4,096 outputs: the CUDA path gathers first (docs/pooling.md), the engine gated on it.
 GATHER_CASES = [
     ("adaptive_max2d", (4, 16, 40, 36), lambda x: F.adaptive_max_pool2d(x, (17, 23))),
