@@ -548,6 +548,28 @@ def test_gpu_cuda_equals_cpu_twin_bitwise(name, shape, forward, dtype):
     assert_bitwise_equal(cuda.cpu(), cpu, name)
 
 
+def eager_and_replayed(op, *args):
+    """op(*args) on CUDA run eagerly, and captured into a CUDA graph (after a warm-up on a side stream, as
+    torch.cuda.graphs advises) and replayed over a result filled with NaN, with pinned host memory allocated and
+    overwritten after the capture (a table copied from the host must replay as it was at capture)."""
+    eager = op(*args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        op(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = op(*args)
+    junk = [torch.full((1 << 16,), -1, dtype=torch.int64).pin_memory() for _ in range(8)]
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    del junk
+    return eager, captured
+
+
 # Average pools of at least 65,536 input elements: the CUDA path takes two steps (a scale step into a scratch
 # buffer, then the gather from there; docs/pooling.md). The last has elements of more than 32 windows.
 TWO_STEP_CASES = [
@@ -582,21 +604,9 @@ def test_gpu_average_pool_in_two_steps_replays_in_a_cuda_graph():
     assert name == "avg3d"  # F.avg_pool3d(x, 3, stride=2, padding=1)
     x = torch.randn(shape, device="cuda")
     grad = torch.randn(F.avg_pool3d(x, 3, stride=2, padding=1).shape, device="cuda")
-    args = (grad, x, [3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, None)
-    eager = ops.avg_pool3d_backward(*args)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ops.avg_pool3d_backward(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = ops.avg_pool3d_backward(*args)
-    captured.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert_bitwise_equal(captured, eager, "replayed")
+    eager, replayed = eager_and_replayed(ops.avg_pool3d_backward, grad, x, [3, 3, 3], [2, 2, 2], [1, 1, 1], False,
+                                         True, None)
+    assert_bitwise_equal(replayed, eager, "replayed")
 
 
 # Max pools of more than 4,096 outputs: the CUDA path gathers first (docs/pooling.md), the engine gated on it.
@@ -645,23 +655,9 @@ def test_gpu_max_pool_gather_replays_in_a_cuda_graph(moved):
     indices = out.grad_fn._saved_result1.clone()
     if moved:
         indices.view(-1)[0] = shape[-1] * shape[-2] - 1
-    args = (grad.cuda(), x.detach().cuda(), indices.cuda())
-    eager = ops.adaptive_max_pool2d_backward(*args)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ops.adaptive_max_pool2d_backward(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = ops.adaptive_max_pool2d_backward(*args)
-    junk = [torch.full((1 << 16,), -1, dtype=torch.int64).pin_memory() for _ in range(8)]
-    captured.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    del junk
-    assert_bitwise_equal(captured, eager, "replayed")
+    eager, replayed = eager_and_replayed(ops.adaptive_max_pool2d_backward, grad.cuda(), x.detach().cuda(),
+                                         indices.cuda())
+    assert_bitwise_equal(replayed, eager, "replayed")
 
 
 @pytest.mark.gpu
