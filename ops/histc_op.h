@@ -1,5 +1,6 @@
-// histc: the bin of each value, shared by the CPU and CUDA engines, then exact integer counts
-// (Engine::count). The bin is stock CUDA's (aten cuda/SummaryOps.cu, getBin), operation for operation.
+// histc: the bin of each value, shared by the CPU and CUDA engines, counted exactly as integers where it is
+// computed (Engine::count_keys). The bin is stock CUDA's (aten cuda/SummaryOps.cu, getBin), operation for
+// operation.
 #pragma once
 
 #include "ops/common.h"
@@ -23,19 +24,19 @@ C10_HOST_DEVICE inline int64_t histc_bin(acc_t x, acc_t lo, acc_t hi, acc_t nbin
   return bin >= nbins ? nbins - 1 : bin;
 }
 
-// bins[i] = histc_bin of input[i] (contiguous); one element per call (Engine::for_each).
+// The keys Engine::count_keys counts: key(i) = histc_bin of input[i] (contiguous), kSkipKey outside [lo, hi].
 template <typename scalar_t>
-struct HistcBinOp {
+struct HistcKeys {
   using acc_t = acc_type<scalar_t>;
   const scalar_t* input;
-  int64_t* bins;
   acc_t lo;
   acc_t hi;
   acc_t nbins_acc;
   int64_t nbins;
 
-  C10_HOST_DEVICE void operator()(int64_t i) const {
-    bins[i] = histc_bin<acc_t>(to_acc(input[i]), lo, hi, nbins_acc, nbins);
+  C10_HOST_DEVICE int64_t key(int64_t i) const {
+    const int64_t bin = histc_bin<acc_t>(to_acc(input[i]), lo, hi, nbins_acc, nbins);
+    return bin < 0 ? kSkipKey : bin;
   }
 };
 
@@ -48,12 +49,10 @@ namespace detops {
 
 // lo and hi are the range in the accumulate type, held exactly in a double.
 template <typename scalar_t>
-HistcBinOp<scalar_t> make_histc_bin_op(at::Tensor& bins, const at::Tensor& input, double lo, double hi,
-                                       int64_t nbins) {
+HistcKeys<scalar_t> make_histc_keys(const at::Tensor& input, double lo, double hi, int64_t nbins) {
   using acc_t = acc_type<scalar_t>;
-  HistcBinOp<scalar_t> op;
+  HistcKeys<scalar_t> op;
   op.input = input.const_data_ptr<scalar_t>();
-  op.bins = bins.data_ptr<int64_t>();
   op.lo = static_cast<acc_t>(lo);
   op.hi = static_cast<acc_t>(hi);
   // NB: converted once, round to nearest, as stock's float * int64_t converts nbins.
@@ -68,12 +67,11 @@ template <typename Engine>
 void histc_compute(at::Tensor& counts, const at::Tensor& input, double lo, double hi) {
   const int64_t n = input.numel();
   if (n == 0) return;
-  at::Tensor bins = empty_scratch({n}, input.options().dtype(at::kLong));
+  // NB: integer counts, exact in any order: one pass, each value's bin counted where it is computed.
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "detops_histc", [&] {
-    const auto op = make_histc_bin_op<scalar_t>(bins, input, lo, hi, counts.numel());
-    Engine::for_each(op, n);
+    Engine::count_keys(make_histc_keys<scalar_t>(input, lo, hi, counts.numel()), n, counts.numel(),
+                       counts.data_ptr<int64_t>());
   });
-  Engine::count(bins.const_data_ptr<int64_t>(), n, counts.numel(), counts.data_ptr<int64_t>());
 }
 
 namespace cuda {
