@@ -919,11 +919,36 @@ struct Engine {
   template <typename Keys>
   static void count_keys(const Keys& keys, int64_t n, int64_t num_keys, int64_t* counts) {
     if (plan::record({plan::Kind::kCount, n, num_keys, 1, 0, sizeof(int64_t)})) return;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t k = keys.key(i);
-      if (k >= 0 && k < num_keys) ++counts[k];
+    const auto count_part = [&](int64_t begin, int64_t end, int64_t* c) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t k = keys.key(i);
+        if (k >= 0 && k < num_keys) ++c[k];
+      }
+    };
+    // NB: integer counts are exact in any order: with several threads each counts a part of the keys into a
+    // histogram of its own (the first part straight into counts), added at the end, where the histograms are
+    // small.
+    const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+    const int64_t parts = std::min(threads, n / kCountPart);
+    if (parts < 2 || num_keys > kCountPartKeys) {
+      count_part(0, n, counts);
+      return;
+    }
+    std::vector<int64_t> partial(static_cast<size_t>((parts - 1) * num_keys), 0);
+    at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        count_part(n * p / parts, n * (p + 1) / parts, p == 0 ? counts : partial.data() + (p - 1) * num_keys);
+      }
+    });
+    for (int64_t p = 1; p < parts; ++p) {
+      const int64_t* c = partial.data() + (p - 1) * num_keys;
+      for (int64_t k = 0; k < num_keys; ++k) counts[k] += c[k];
     }
   }
+
+  // count_keys: keys per thread at least, and the most keys whose histograms a thread keeps of its own.
+  static constexpr int64_t kCountPart = 8192;
+  static constexpr int64_t kCountPartKeys = int64_t{1} << 16;
 };
 
 }  // namespace detops::cpu

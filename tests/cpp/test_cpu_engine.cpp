@@ -628,4 +628,35 @@ TEST(CpuEngine, ACallAfterAnUnfinishedOneStartsFromEmptyLevels) {
   }
 }
 
+// count_keys on several threads (a histogram per part, added at the end) against one serial count, over keys of
+// every kind: in range, kSkipKey, negative and past the end; the counts add to what counts held before.
+TEST(CpuEngine, CountKeysOnThreadsMatchesOneCount) {
+  struct Keys {
+    const int64_t* keys;
+    int64_t key(int64_t i) const { return keys[i]; }
+  };
+  std::mt19937 rng(37);
+  const int threads = at::get_num_threads();
+  for (const int64_t num_keys : {int64_t{1}, int64_t{1000}, detops::cpu::Engine::kCountPartKeys + 1}) {
+    for (const int64_t n : {int64_t{100}, int64_t{20000}, int64_t{100003}}) {
+      std::vector<int64_t> keys(static_cast<size_t>(n));
+      for (int64_t& k : keys) {
+        const uint32_t r = rng() % 16;
+        k = r == 0 ? detops::kSkipKey : r == 1 ? -3 : r == 2 ? num_keys : static_cast<int64_t>(rng() % num_keys);
+      }
+      std::vector<int64_t> expected(static_cast<size_t>(num_keys), 5);
+      for (const int64_t k : keys) {
+        if (k >= 0 && k < num_keys) ++expected[static_cast<size_t>(k)];
+      }
+      for (const int t : {1, 2, 3}) {
+        at::set_num_threads(t);
+        std::vector<int64_t> counts(static_cast<size_t>(num_keys), 5);
+        detops::cpu::Engine::count_keys(Keys{keys.data()}, n, num_keys, counts.data());
+        EXPECT_EQ(counts, expected) << "num_keys " << num_keys << ", n " << n << ", threads " << t;
+      }
+    }
+  }
+  at::set_num_threads(threads);
+}
+
 }  // namespace
