@@ -16,7 +16,7 @@ the L2 cache are rotated through enough copies to overflow it. The copy bandwidt
 measured in the same run (context ``detops_copy_bandwidth_GBps``).
 
 CPU (``--device cpu``; small shapes): ``stock_cpu`` (the aten op on CPU) vs ``detops_cpu`` (the twin),
-wall-clock medians.
+wall-clock medians, the two variants' calls alternated.
 
     python bench/bench_ops.py --out bench-cpu.json --device cpu
     python bench/bench_ops.py --out bench/results/h100-2026-11-22.json   # on a GPU machine
@@ -115,8 +115,27 @@ def _time_cuda(fn, sets, warmup: int, reps: int, budget_s: float):
     return _time(fn, sets, warmup, reps, budget_s, _mark_cuda, _seconds_cuda, 5)
 
 
-def _time_cpu(fn, sets, warmup: int, reps: int, budget_s: float):
-    return _time(fn, sets, warmup, reps, budget_s, _mark_cpu, list, 3)
+def _time_cpu_alternately(fns: dict, sets, warmup: int, reps: int, budget_s: float) -> dict:
+    """Per variant name, (median µs, repetitions) of fns[name], or the RuntimeError it raised. The variants' calls
+    alternate, one of each per round after the warm-ups, so that a drift of the machine's speed moves them alike;
+    the rounds fit the slowest variant's budget (at least 3)."""
+    results, alive = {}, {}
+    for name, fn in fns.items():
+        try:
+            for i in range(max(warmup, 1)):
+                fn(sets[i % len(sets)])
+            alive[name] = fn
+        except RuntimeError as e:
+            results[name] = e
+    if alive:
+        once_s = max(_mark_cpu(fn, sets[0]) for fn in alive.values())
+        rounds = max(3, min(reps, int(budget_s / max(once_s, 1e-6))))
+        times = {name: [] for name in alive}
+        for i in range(rounds):
+            for name, fn in alive.items():
+                times[name].append(_mark_cpu(fn, sets[i % len(sets)]))
+        results.update({name: (statistics.median(t) * 1e6, rounds) for name, t in times.items()})
+    return results
 
 
 def copy_bandwidth_GBps(nbytes: int = 1 << 30) -> float:
@@ -180,17 +199,22 @@ def run(device: str, selected, warmup: int, reps: int, budget_s: float, max_sets
             else:
                 sets = [case.build(dev, torch.Generator().manual_seed(1234), False)]
                 variants = {"stock_cpu": None, "detops_cpu": None}
-                timer = _time_cpu
+                cpu_fns = {"stock_cpu": C.stock_cpu_op(case), "detops_cpu": C.twin_op(case.op)}
+                timed = _time_cpu_alternately(
+                    {v: (lambda fn: lambda s: fn(*s.args, **s.kwargs))(fn) for v, fn in cpu_fns.items()}, sets,
+                    warmup, reps, budget_s)
             bytes_min = sets[0].min_bytes
             for variant, setting in variants.items():
-                if variant == "detops_cpu":
-                    fn = C.twin_op(case.op)
-                else:
-                    fn = C.stock_cpu_op(case) if variant == "stock_cpu" else C.aten_op(case.op)
                 if setting is not None:
                     _settings(*setting)
                 try:
-                    time_us, n = timer(lambda s: fn(*s.args, **s.kwargs), sets, warmup, reps, budget_s)
+                    if device == "cuda":
+                        fn = C.aten_op(case.op)
+                        time_us, n = timer(lambda s: fn(*s.args, **s.kwargs), sets, warmup, reps, budget_s)
+                    elif isinstance(timed[variant], RuntimeError):
+                        raise timed[variant]
+                    else:
+                        time_us, n = timed[variant]
                 except RuntimeError as e:
                     message = str(e).splitlines()[0][:300]
                     benchmarks.append(_error_entry(device, case, variant, message))

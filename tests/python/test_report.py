@@ -170,7 +170,7 @@ def test_bench_timer_times_a_variant_slower_than_the_budget_once(call_s, calls, 
         time.sleep(call_s)
 
     sets = ["a", "b"]
-    time_us, n = bench_ops._time_cpu(fn, sets, 3, 10, 0.01)
+    time_us, n = bench_ops._time(fn, sets, 3, 10, 0.01, bench_ops._mark_cpu, list, 3)
     assert n == reps and len(seen) == calls
     if call_s:
         assert seen == ["a", "b"] and time_us >= call_s * 1e6
@@ -244,3 +244,26 @@ def test_report_command_rejects_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_times_the_cpu_variants_alternately():
+    # One call of each variant per round after the warm-ups, so that a drift of the machine moves both alike; a
+    # variant that raises is reported as its error, the other still timed.
+    bench_ops = _bench_ops_module()
+    calls = []
+
+    def make(name):
+        def fn(s):
+            calls.append(name)
+        return fn
+
+    def fails(s):
+        raise RuntimeError("not implemented")
+
+    sets = ["a"]
+    timed = bench_ops._time_cpu_alternately({"stock_cpu": make("stock"), "detops_cpu": make("twin")}, sets, 2, 5,
+                                            1.0)
+    assert calls == ["stock", "stock", "twin", "twin"] + ["stock", "twin"] * 6  # warm-ups, one timed probe, 5 rounds
+    assert {k: v[1] for k, v in timed.items()} == {"stock_cpu": 5, "detops_cpu": 5}
+    timed = bench_ops._time_cpu_alternately({"stock_cpu": fails, "detops_cpu": make("twin")}, sets, 1, 4, 1.0)
+    assert isinstance(timed["stock_cpu"], RuntimeError) and timed["detops_cpu"][1] == 4
