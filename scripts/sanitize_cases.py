@@ -4,8 +4,9 @@ scripts/gpu_run.sh runs under compute-sanitizer (memcheck, racecheck, initcheck,
 
 Every covered overload (``detops.covered_ops()``) with every case registered for it in ``detops.cases``
 (``full=False``: the small shapes), and the calls of ``EXTRA_CASES`` for the paths those miss (the max pools'
-gather and gated engine, the average pools' two steps), built on the CPU from a fixed seed and copied to the device, is run once through
-``torch.ops.detops.<name>.<overload>`` for each dtype (floating-point tensors converted).
+gather and gated engine, the average pools' two steps), built on the CPU from a fixed seed and copied to the
+device, is run once through ``torch.ops.detops.<name>.<overload>`` for each dtype (floating-point tensors
+converted).
 On CUDA the result is also compared bit for bit with the CPU twin on the same inputs (the order contract).
 Inputs are built on the CPU, so the CUDA kernels that run are (nearly) only the detops ones.
 
