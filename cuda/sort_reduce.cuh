@@ -452,6 +452,163 @@ __global__ void __launch_bounds__(plan::kSingleBlockThreads, 2)
   }
 }
 
+// The buckets' arrays (plan::buckets): Layout::bucket_counts and bucket_cursor, and the slots in the multi-block
+// path's second key and value buffers (which that path uses only where the buckets do nothing).
+template <typename acc_t>
+struct BucketArgs {
+  int32_t n;
+  int64_t num_keys;
+  int32_t D;
+  int32_t* counts;     // [num_keys + 2]: each key's count, then the flag, then the slots taken
+  int32_t* cursor;     // [num_keys]: each key's next slot
+  int32_t* positions;  // [n]: each slot's source position
+  acc_t* values;       // [n][D]: each slot's columns where the call carries them (plan::carries_values), else null
+};
+
+constexpr int kBucketThreads = 256;
+constexpr int kBucketSteps = 5;
+constexpr int kBucketChunkKeys = 4;  // keys per thread in step 2's chunks
+constexpr int kBucketItems = 4;      // contributions per thread and round in steps 1 and 3, the grid's stride apart
+
+// The buckets' steps first_step .. end_step - 1 (cuda/sort_reduce_steps.h, "The buckets"): 0 zeroes the counts, the
+// flag and the counter; 1 counts, kBucketItems contributions per thread at a time (their keys first, then their atomic
+// adds: the loads in flight together); 2 gives each chunk of kBucketThreads x kBucketChunkKeys keys its runs (a block
+// scan of their counts, the chunk's total taken from the counter) and raises the flag over a count above
+// plan::kBucketMaxCount; 3 stores each contribution in a slot of its key, kBucketItems at a time (keys, then slots,
+// then the stores); 4 folds each key's run, a thread per key. Grid-stride, a grid-wide barrier between steps: with all
+// of them in one cooperative launch the grid is all resident; a plain launch per step runs it too. Steps 3 and 4 read
+// the flag after the barrier that follows step 2, so every block returns there, or none. NB: which slot a contribution
+// takes, and where a key's run lies, depend on timing; bucket_fold takes a run in source order, so the bits do not.
+template <typename acc_t, typename Op>
+__global__ void __launch_bounds__(kBucketThreads) buckets_kernel(Op op, BucketArgs<acc_t> a, int first_step,
+                                                                 int end_step) {
+  using Scan = CUB_NS_QUALIFIER::BlockScan<int32_t, kBucketThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int32_t run_base;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t t0 = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  int32_t* flag = a.counts + a.num_keys;
+  int32_t* taken = flag + 1;
+  for (int step = first_step; step < end_step; ++step) {
+    if (step > first_step) cooperative_groups::this_grid().sync();
+    if (step == 0) {
+      for (int64_t k = t0; k < a.num_keys + 2; k += stride) a.counts[k] = 0;
+    } else if (step == 1) {
+      for (int64_t first = t0; first < a.n; first += stride * kBucketItems) {
+        int64_t key[kBucketItems];
+#pragma unroll
+        for (int j = 0; j < kBucketItems; ++j) {
+          const int64_t i = first + j * stride;
+          key[j] = i < a.n ? op.key(i) : kSkipKey;
+        }
+#pragma unroll
+        for (int j = 0; j < kBucketItems; ++j) {
+          CUDA_KERNEL_ASSERT((key[j] == kSkipKey || (key[j] >= 0 && key[j] < a.num_keys)) &&
+                             "detops: index out of range (set DETOPS_STRICT=1 for a host-side error)");
+          const int64_t k = engine::bucket_key(key[j], a.num_keys);
+          if (k >= 0) atomicAdd(a.counts + k, 1);
+        }
+      }
+    } else if (step == 2) {
+      constexpr int64_t kChunk = int64_t{kBucketThreads} * kBucketChunkKeys;
+      for (int64_t base = int64_t{blockIdx.x} * kChunk; base < a.num_keys; base += int64_t{gridDim.x} * kChunk) {
+        const int64_t first = base + int64_t{threadIdx.x} * kBucketChunkKeys;
+        int32_t c[kBucketChunkKeys];
+        int32_t sum = 0;
+        bool over = false;
+#pragma unroll
+        for (int j = 0; j < kBucketChunkKeys; ++j) {
+          c[j] = first + j < a.num_keys ? __ldcg(a.counts + first + j) : 0;
+          sum += c[j];
+          over = over || c[j] > plan::kBucketMaxCount;
+        }
+        if (over) atomicExch(flag, 1);
+        int32_t before = 0;
+        int32_t chunk_total = 0;
+        Scan(scan).ExclusiveSum(sum, before, chunk_total);
+        if (threadIdx.x == 0) run_base = atomicAdd(taken, chunk_total);
+        __syncthreads();
+        int32_t at = run_base + before;
+#pragma unroll
+        for (int j = 0; j < kBucketChunkKeys; ++j) {
+          if (first + j < a.num_keys) a.cursor[first + j] = at;
+          at += c[j];
+        }
+        __syncthreads();  // run_base and the scan's storage serve the next chunk
+      }
+    } else {
+      if (__ldcg(flag) != 0) return;
+      if (step == 3) {
+        for (int64_t first = t0; first < a.n; first += stride * kBucketItems) {
+          int64_t k[kBucketItems];
+#pragma unroll
+          for (int j = 0; j < kBucketItems; ++j) {
+            const int64_t i = first + j * stride;
+            k[j] = i < a.n ? engine::bucket_key(op.key(i), a.num_keys) : -1;
+          }
+          int32_t slot[kBucketItems];
+#pragma unroll
+          for (int j = 0; j < kBucketItems; ++j) slot[j] = k[j] >= 0 ? atomicAdd(a.cursor + k[j], 1) : 0;
+#pragma unroll
+          for (int j = 0; j < kBucketItems; ++j) {
+            if (k[j] >= 0) engine::bucket_store<acc_t>(op, first + j * stride, slot[j], a.D, a.positions, a.values);
+          }
+        }
+      } else {
+        const int32_t lanes = engine::bucket_lanes(a.D);
+        for (int64_t t = t0; t < a.num_keys * lanes; t += stride) {
+          const int64_t k = t / lanes;
+          const int32_t count = __ldcg(a.counts + k);
+          if (count == 0) continue;
+          const int32_t first = __ldcg(a.cursor + k) - count;
+          for (int64_t c = t % lanes; c < a.D; c += lanes) {
+            engine::bucket_fold<acc_t>(op, k, count, first, a.positions, a.values, a.D, c);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Runs the buckets on the stream: one cooperative launch of every step, its grid the blocks the larger of the
+// contributions and the keys need, at most those resident at once (queried once per device); one launch per step
+// where the device has no cooperative launch (or the stream is capturing, or DETOPS_COOPERATIVE=0:
+// cooperative_launch) or fewer blocks fit.
+template <typename acc_t, typename Op>
+void run_buckets(const Op& op, const BucketArgs<acc_t>& args, cudaStream_t stream) {
+  const auto kernel = buckets_kernel<acc_t, Op>;
+  static std::atomic<int64_t> resident[C10_COMPILE_TIME_MAX_GPUS] = {};
+  const int64_t blocks = resident_blocks(reinterpret_cast<const void*>(kernel), kBucketThreads, resident);
+  const int64_t work = std::max({int64_t{args.n}, args.num_keys + 2, args.num_keys * engine::bucket_lanes(args.D)});
+  const auto grid = static_cast<unsigned>(std::min<int64_t>((work + kBucketThreads - 1) / kBucketThreads, blocks));
+  if (cooperative_launch(stream)) {
+    Op o = op;
+    BucketArgs<acc_t> a = args;
+    int first = 0;
+    int end = kBucketSteps;
+    void* params[] = {&o, &a, &first, &end};
+    const cudaError_t launched = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid),
+                                                             dim3(kBucketThreads), params, 0, stream);
+    // Fewer blocks fit than the occupancy said (the device shared, as under MPS): one launch per step instead.
+    if (launched != cudaErrorCooperativeLaunchTooLarge) {
+      C10_CUDA_CHECK(launched);
+      return;
+    }
+    (void)cudaGetLastError();
+  }
+  for (int step = 0; step < kBucketSteps; ++step) {
+    kernel<<<grid, kBucketThreads, 0, stream>>>(op, args, step, step + 1);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+// An op gated on a device word it does not carry (gate_of): the multi-block path after the buckets, which runs only
+// where their flag is up. Its own gate member, if it has one (null on an ungated call: plan::buckets), is hidden.
+template <typename Op>
+struct FlagGated : Op {
+  const int32_t* gate;
+};
+
 // One plan of at most kMaxContributions contributions. An ordinary call (kChunk = false) picks its path and
 // kernels by size; a key chunk of a larger call (kChunk = true, cuda/chunked.cuh) always runs the multi-block
 // path with 64-bit keys and the one-thread-per-(position or slot, column) kernels, so that each op compiles 3
@@ -466,7 +623,7 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
               "call on CUDA, got ", D);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const plan::EngineCall call{plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t),
-                              kChunk ? int64_t{8} : plan::key_bytes_for(num_keys)};
+                              kChunk ? int64_t{8} : plan::key_bytes_for(num_keys), gate_of(op) != nullptr ? 1 : 0};
   const int bits = plan::sort_bits_for(num_keys, call.key_bytes);
   const bool single = !kChunk && plan::single_block(call);
   // NB: a key chunk never carries its contributions (64-bit keys).
@@ -513,32 +670,48 @@ void sort_reduce_plan(const char* name, const Op& op, int64_t n, int64_t num_key
   }
   const int blocks = static_cast<int>((n + 256 * kKeyItems - 1) / (256 * kKeyItems));
   auto* positions = reinterpret_cast<int32_t*>(ws + layout.pos[0]);
-  const auto multi = [&](auto* keys) {
+  // The multi-block path of `the_op` (op, or op gated on the buckets' flag): keys, the sort and the reduction over
+  // the sorted plan.
+  const auto multi = [&](auto* keys, const auto& the_op) {
     using KeyT = std::remove_pointer_t<decltype(keys)>;
-    make_keys_kernel<acc_t, KeyT, Op><<<blocks, 256, 0, stream>>>(
-        op, static_cast<int32_t>(n), num_keys, static_cast<int32_t>(D), keys, positions,
+    using OpT = std::decay_t<decltype(the_op)>;
+    make_keys_kernel<acc_t, KeyT, OpT><<<blocks, 256, 0, stream>>>(
+        the_op, static_cast<int32_t>(n), num_keys, static_cast<int32_t>(D), keys, positions,
         carry ? reinterpret_cast<acc_t*>(ws + layout.pos[0]) : nullptr,
         layout.levels > 0 ? reinterpret_cast<int32_t*>(ws + layout.num_slots) : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const SortedSegments sorted =
-        plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes, value_bytes, gate);
+        plan_segments(ws, layout, static_cast<int32_t>(n), num_keys, call.key_bytes, value_bytes, gate_of(the_op));
     if constexpr (!kChunk && std::is_same_v<KeyT, uint32_t>) {
       if (carry) {
         const engine::SortedValues<acc_t> src{static_cast<const acc_t*>(sorted.values)};
-        reduce_plan<acc_t, KeyT, false>(op, ws, layout, sorted, src, static_cast<int32_t>(n), num_keys,
+        reduce_plan<acc_t, KeyT, false>(the_op, ws, layout, sorted, src, static_cast<int32_t>(n), num_keys,
                                         static_cast<int32_t>(D));
         return;
       }
     }
-    reduce_plan<acc_t, KeyT, !kChunk>(op, ws, layout, sorted, static_cast<const int32_t*>(sorted.values),
+    reduce_plan<acc_t, KeyT, !kChunk>(the_op, ws, layout, sorted, static_cast<const int32_t*>(sorted.values),
                                       static_cast<int32_t>(n), num_keys, static_cast<int32_t>(D));
   };
   if constexpr (kChunk) {
-    multi(reinterpret_cast<uint64_t*>(ws + layout.keys[0]));
+    multi(reinterpret_cast<uint64_t*>(ws + layout.keys[0]), op);
   } else if (call.key_bytes == 8) {
-    multi(reinterpret_cast<uint64_t*>(ws + layout.keys[0]));
+    multi(reinterpret_cast<uint64_t*>(ws + layout.keys[0]), op);
+  } else if (plan::buckets(call)) {
+    // The buckets first; the multi-block path after them, gated on their flag (a key of more than
+    // plan::kBucketMaxCount contributions), which their last two steps read.
+    auto* counts = reinterpret_cast<int32_t*>(ws + layout.bucket_counts);
+    const BucketArgs<acc_t> args{static_cast<int32_t>(n),
+                                 num_keys,
+                                 static_cast<int32_t>(D),
+                                 counts,
+                                 reinterpret_cast<int32_t*>(ws + layout.bucket_cursor),
+                                 reinterpret_cast<int32_t*>(ws + layout.keys[1]),
+                                 carry ? reinterpret_cast<acc_t*>(ws + layout.pos[1]) : nullptr};
+    run_buckets<acc_t>(op, args, stream);
+    multi(reinterpret_cast<uint32_t*>(ws + layout.keys[0]), FlagGated<Op>{op, counts + num_keys});
   } else {
-    multi(reinterpret_cast<uint32_t*>(ws + layout.keys[0]));
+    multi(reinterpret_cast<uint32_t*>(ws + layout.keys[0]), op);
   }
 }
 
@@ -689,7 +862,7 @@ struct Engine {
   template <typename acc_t, typename Op>
   static void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                           const at::Tensor& like) {
-    plan::record({plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t), plan::key_bytes_for(num_keys)});
+    plan::record(plan::sort_reduce_call(n, num_keys, D, sizeof(acc_t), gate_of(op) != nullptr));
     cuda::sort_reduce<acc_t>(name, op, n, num_keys, D, like.options());
   }
 

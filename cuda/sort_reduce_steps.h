@@ -536,4 +536,72 @@ C10_HOST_DEVICE inline void level_step(const Op& op, const KeyT* keys, const int
   if (g.count > 0) level_fold<acc_t>(op, g, stride, D, scratch, q, c);
 }
 
+// The buckets (plan::buckets, docs/engine.md "Buckets"): where keys are about as many as contributions, each key's
+// contributions are put in its own run of slots, without a sort, and folded from there. The steps, in order (each
+// over its items in any order; the CUDA kernel runs them between grid-wide barriers, buckets_kernel):
+//   1. bucket_key for each contribution; a valid one adds 1 to its key's count.
+//   2. Each key's run: `cursor[k]` = the slots taken before it (a chunk of keys scans its counts and takes its runs
+//      from a counter: runs lie in any order). A count above plan::kBucketMaxCount raises the flag, and steps 3 and
+//      4 do nothing (the multi-block path runs instead).
+//   3. Each valid contribution takes the next slot of its key's run (an atomic add on cursor[k]: any order) and
+//      stores there its source position, and its columns where they fit in 8 bytes (bucket_store).
+//   4. Each key with a count folds its run (bucket_fold), from cursor[k] - count, bucket_lanes(D) threads per key
+//      over the columns.
+// NB: a run's slots hold its contributions in the order their threads took them; bucket_fold takes them in
+// increasing source position, so the order of steps 2 and 3 changes no bit.
+
+// A contribution's key where it is valid (in [0, num_keys)), else -1: skipped (kSkipKey) or out of range (the kernel
+// asserts on the latter, as the key kernel does).
+C10_HOST_DEVICE inline int64_t bucket_key(int64_t key, int64_t num_keys) {
+  return key != kSkipKey && key >= 0 && key < num_keys ? key : -1;
+}
+
+// Step 3's store: source position i in slot `slot`, and where the slots carry the contributions (values not null:
+// D * sizeof(acc_t) of at most 8 bytes, plan::carries_values) its D columns.
+template <typename acc_t, typename Op>
+C10_HOST_DEVICE inline void bucket_store(const Op& op, int64_t i, int32_t slot, int64_t D, int32_t* positions,
+                                         acc_t* values) {
+  positions[slot] = static_cast<int32_t>(i);
+  if (values != nullptr) {
+    for (int64_t c = 0; c < D; ++c) values[int64_t{slot} * D + c] = op.contribution(i, c);
+  }
+}
+
+// Step 4 for key `key` and column c: its `count` contributions (1 .. plan::kBucketMaxCount == kBlock) in slots first
+// .. first + count - 1, taken in increasing source position (each time the smallest position above the last one
+// taken: positions are distinct), their column c from the slots (values) or from the op (values null), folded left
+// to right (grouped_fold's sequence: s = c_0, then s = s + c_j), then finished. NB: that is the contract's tree of a
+// segment of at most kBlock contributions in source order (docs/order_contract.md), whatever the slots' order: the
+// bits of the multi-block path.
+template <typename acc_t, typename Op>
+C10_HOST_DEVICE inline void bucket_fold(const Op& op, int64_t key, int32_t count, int32_t first,
+                                        const int32_t* positions, const acc_t* values, int64_t D, int64_t c) {
+  static_assert(plan::kBucketMaxCount == kBlock, "a bucket is one block of the tree");
+  const combine_of_t<Op> combine{};
+  acc_t s{};
+  int32_t last = -1;
+  for (int32_t j = 0; j < count; ++j) {
+    int32_t best = INT32_MAX;
+    int32_t at = first;
+    for (int32_t q = first; q < first + count; ++q) {
+      const int32_t p = positions[q];
+      if (p > last && p < best) {
+        best = p;
+        at = q;
+      }
+    }
+    const acc_t v = values != nullptr ? values[int64_t{at} * D + c] : static_cast<acc_t>(op.contribution(best, c));
+    s = j == 0 ? v : combine(s, v);
+    last = best;
+  }
+  op.finalize(key, c, s);
+}
+
+// Threads per key in step 4: one per column up to 32 (a power of two), each taking columns c, c + lanes, ...
+C10_HOST_DEVICE inline int32_t bucket_lanes(int64_t D) {
+  int32_t lanes = 1;
+  while (lanes < D && lanes < 32) lanes *= 2;
+  return lanes;
+}
+
 }  // namespace detops::engine

@@ -91,6 +91,10 @@ Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes) {
     l.temp_bytes = std::max<int64_t>(cub_temp_bytes, 1);
     l.temp = carve(l.temp_bytes);
   }
+  if (buckets(call)) {
+    l.bucket_counts = carve((call.num_keys + 2) * 4);
+    l.bucket_cursor = carve(call.num_keys * 4);
+  }
   l.total = at;
   return l;
 }
@@ -181,6 +185,19 @@ PlanSummary plan_for(const EngineCall& call) {
   // Levels 1..levels: one cooperative launch over the slots, a grid-wide barrier between levels.
   s.launches += s.levels > 0 ? 1 : 0;
   s.bytes_moved += s.levels * (2 * l.max_slots * 4 + 2 * (n / kBlock) * D * acc);
+  if (buckets(call)) {
+    // The buckets first, one cooperative launch; the multi-block path's launches above follow, gated (they return at
+    // once unless a key has more than kBucketMaxCount contributions), so its bytes are not moved. The counts zeroed,
+    // the keys' sources read and the counts raised, the counts read and the cursors written, the keys' sources again
+    // and each cursor raised, a slot's position (and carried columns) written, then the counts, cursors, slots, the
+    // contributions (read once: in step 3 where carried, else in step 4) and the results.
+    const int64_t m = call.num_keys;
+    const int64_t slot_bytes = n * (4 + (carry ? D * acc : 0));
+    s.path = kBucketsPath;
+    s.launches += 1;
+    s.bytes_moved = (m + 2) * 4 + n * (kb + 4) + 2 * m * 4 + n * (kb + 4) + contributions + slot_bytes +
+                    2 * m * 4 + slot_bytes + std::min(n, m) * D * acc;
+  }
   return s;
 }
 
@@ -213,14 +230,15 @@ std::vector<EngineCall> stop_recording() {
 }
 
 std::vector<int64_t> to_list(const EngineCall& c) {
-  return {static_cast<int64_t>(c.kind), c.n, c.num_keys, c.D, c.acc_bytes, c.key_bytes};
+  return {static_cast<int64_t>(c.kind), c.n, c.num_keys, c.D, c.acc_bytes, c.key_bytes, c.gated};
 }
 
 EngineCall call_from_list(const std::vector<int64_t>& f) {
-  TORCH_CHECK(f.size() == 6 && f[0] >= 0 && f[0] <= 3,
+  TORCH_CHECK((f.size() == 6 || f.size() == 7) && f[0] >= 0 && f[0] <= 3,
               "detops: an engine call is [kind (0 sort_reduce, 1 for_each, 2 count, 3 kernel), n, num_keys, D, "
-              "acc bytes, key bytes], got ", f.size(), " fields");
-  return {static_cast<Kind>(f[0]), f[1], f[2], f[3], f[4], f[5]};
+              "acc bytes, key bytes] and optionally [gated (0 or 1)], got ", f.size(), " fields");
+  TORCH_CHECK(f.size() == 6 || f[6] == 0 || f[6] == 1, "detops: an engine call's gated field is 0 or 1, got ", f[6]);
+  return {static_cast<Kind>(f[0]), f[1], f[2], f[3], f[4], f[5], f.size() == 7 ? f[6] : 0};
 }
 
 std::vector<int64_t> to_list(const PlanSummary& s) {

@@ -22,9 +22,12 @@ struct EngineCall {
   int64_t D = 1;          // columns per contribution (sort_reduce), 1 otherwise
   int64_t acc_bytes = 0;  // accumulator size (sort_reduce), 0 otherwise
   int64_t key_bytes = 0;  // sorted key width (sort_reduce: key_bytes_for(num_keys)), value width (count)
+  int64_t gated = 0;      // sort_reduce: 1 where the op carries a gate (gate_of, ops/contract.h), else 0
 };
 
 enum class Path : int64_t { kEmpty = 0, kGather = 1, kCount = 2, kSingleBlock = 3, kMulti = 4 };
+// (5 is kKernelPath, ops/plan_record.h.) The multi-block path with the buckets first (buckets below).
+inline constexpr Path kBucketsPath = static_cast<Path>(6);
 
 struct PlanSummary {
   Path path = Path::kEmpty;
@@ -146,6 +149,22 @@ constexpr int64_t counting_scan_chunk(int64_t entries, int64_t grid) {
 // The counting sort's temp storage: the chunks' totals.
 constexpr int64_t kCountingTempBytes = kCountingMaxGrid * 4;
 
+// The buckets (docs/engine.md, "Buckets"): where the keys are about as many as the contributions (at most
+// kBucketsContributionsPerKey contributions per key on average, at most kBucketsKeysPerContribution keys per
+// contribution), a multi-block call with 32-bit keys whose op has no gate of its own first puts each contribution in
+// its destination's bucket, without a sort: one cooperative launch zeroes a count per key, counts, gives each key its
+// run of slots, stores each contribution's source position (and its columns where the sort would carry them) in a
+// slot of its key (an atomic add: any order), then folds each key's bucket in increasing source position. Where some
+// key has more than kBucketMaxCount contributions, the last two steps do nothing and the multi-block path runs, gated
+// on that (its kernels return at once otherwise).
+constexpr int64_t kBucketMaxCount = 32;  // == kBlock: a bucket is one block of the contract's tree
+constexpr int64_t kBucketsContributionsPerKey = 4;
+constexpr int64_t kBucketsKeysPerContribution = 4;
+inline bool buckets(const EngineCall& call) {
+  return counting_sort(call) && call.gated == 0 &&
+         call.n <= kBucketsContributionsPerKey * call.num_keys && call.num_keys <= kBucketsKeysPerContribution * call.n;
+}
+
 // The workspace of one sort-reduce call: one allocation, carved at kAlign-aligned offsets (bytes).
 constexpr int64_t kAlign = 256;
 struct Layout {
@@ -166,6 +185,11 @@ struct Layout {
   int64_t temp_bytes = 0;
   int64_t max_slots = 0;     // static bound on scratch slots: n / 16 + 1
   int levels = 0;            // tree levels above level 0 in the worst case for n
+  int64_t bucket_counts = 0;  // buckets(call): [num_keys + 2] int32, each key's count, then the flag (a count
+                              // above kBucketMaxCount) and the slots taken; the buckets' slots are the second
+                              // key and value buffers (keys[1]: positions, pos[1]: carried contributions), which
+                              // the multi-block path uses only where the buckets do nothing
+  int64_t bucket_cursor = 0;  // [num_keys] int32: each key's next slot
   int64_t total = 0;
 };
 Layout layout_for(const EngineCall& call, int64_t cub_temp_bytes);

@@ -20,8 +20,8 @@ inline constexpr Path kKernelPath = static_cast<Path>(5);
 // The calls as both engines record them: Engine::sort_reduce<acc_t>(name, op, n, num_keys, D, like) and
 // Engine::for_each(op, n). An op whose CPU path does not go through the engine records the call its CUDA path
 // makes with these, from the same host helper that gives the CUDA path its arguments.
-inline EngineCall sort_reduce_call(int64_t n, int64_t num_keys, int64_t D, int64_t acc_bytes) {
-  return {Kind::kSortReduce, n, num_keys, D, acc_bytes, key_bytes_for(num_keys)};
+inline EngineCall sort_reduce_call(int64_t n, int64_t num_keys, int64_t D, int64_t acc_bytes, bool gated = false) {
+  return {Kind::kSortReduce, n, num_keys, D, acc_bytes, key_bytes_for(num_keys), gated ? 1 : 0};
 }
 inline EngineCall for_each_call(int64_t n) {
   return {Kind::kForEach, n, 0, 1, 0, 0};

@@ -144,8 +144,12 @@ at::Tensor max_backward(const char* op_name, const at::Tensor& grad_output, cons
     // engine, the general form of the same tree.
     check_max_index_values(op_name, idx, s.input_plane());
     grad_in.zero_();
-    record_max_pool_gather(&boxes, grad_in, go);
-    max_pool_backward_compute<cpu::Engine>(op_name, grad_in, go, idx, s.output_plane(), s.input_plane());
+    // Where the CUDA path gathers first, its engine call is gated (an open gate here: the call runs, and records
+    // itself gated as the CUDA one does).
+    const int32_t open = 1;
+    const bool gathers = record_max_pool_gather(&boxes, grad_in, go);
+    max_pool_backward_compute<cpu::Engine>(op_name, grad_in, go, idx, s.output_plane(), s.input_plane(),
+                                           gathers ? &open : nullptr);
   }
   return direct ? grad_in : in_format(self, grad_in, keep_format);
 }

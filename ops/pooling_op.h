@@ -846,9 +846,10 @@ inline void avg_pool_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
 
 // The engine call of max_pool_backward_compute (ops/plan.h): every output sends its gradient to the input
 // element its index selects. The CPU path, which folds without the engine, records it in its place.
+// gated: after the gather (max_pool_backward_gathered), whose flag gates it.
 template <typename scalar_t>
-plan::EngineCall max_pool_backward_call(const at::Tensor& grad_in, const at::Tensor& grad_out) {
-  return plan::sort_reduce_call(grad_out.numel(), grad_in.numel(), 1, sizeof(acc_type<scalar_t>));
+plan::EngineCall max_pool_backward_call(const at::Tensor& grad_in, const at::Tensor& grad_out, bool gated = false) {
+  return plan::sort_reduce_call(grad_out.numel(), grad_in.numel(), 1, sizeof(acc_type<scalar_t>), gated);
 }
 
 // A max pool's boxes (MaxBox, max_pool_box): the call's dims and how its windows are placed.
@@ -1006,14 +1007,16 @@ bool max_pool_backward_scatter_cpu(at::Tensor& grad_in, const at::Tensor& grad_o
 
 // While recording (ops/plan.h), the CPU path records in the CUDA path's place what that issues before its engine
 // call: the gather's tables and launch where it gathers (max_pool_gathers over `boxes`; null: not known).
-inline void record_max_pool_gather(const MaxPoolBoxes* boxes, const at::Tensor& grad_in, const at::Tensor& grad_out) {
-  if (boxes == nullptr || !plan::recording()) return;
+// Returns whether it gathers (the engine's call is then gated).
+inline bool record_max_pool_gather(const MaxPoolBoxes* boxes, const at::Tensor& grad_in, const at::Tensor& grad_out) {
+  if (boxes == nullptr || !plan::recording()) return false;
+  bool gathers = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward", [&] {
     const MaxPoolTables t = build_max_pool_tables(boxes->kind, boxes->dims);
-    if (max_pool_gathers<scalar_t>(t, grad_in, grad_out)) {
-      plan::record(max_pool_gather_call<scalar_t>(t, grad_in, grad_out));
-    }
+    gathers = max_pool_gathers<scalar_t>(t, grad_in, grad_out);
+    if (gathers) plan::record(max_pool_gather_call<scalar_t>(t, grad_in, grad_out));
   });
+  return gathers;
 }
 
 // Where it is done, it records the CUDA path's calls it stands for (record_max_pool_gather, max_pool_backward_call);
@@ -1026,9 +1029,9 @@ inline bool max_pool_backward_cpu(at::Tensor& grad_in, const at::Tensor& grad_ou
            max_pool_backward_scatter_cpu<scalar_t>(grad_in, grad_out, indices, output_plane, input_plane);
   });
   if (done) {
-    record_max_pool_gather(boxes, grad_in, grad_out);
+    const bool gated = record_max_pool_gather(boxes, grad_in, grad_out);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_in.scalar_type(), "detops_max_pool_backward",
-                                    [&] { plan::record(max_pool_backward_call<scalar_t>(grad_in, grad_out)); });
+                                    [&] { plan::record(max_pool_backward_call<scalar_t>(grad_in, grad_out, gated)); });
   }
   return done;
 }

@@ -880,7 +880,7 @@ struct Engine {
   template <typename acc_t, typename Op>
   static void sort_reduce(const char* /*name*/, const Op& op, int64_t n, int64_t num_keys, int64_t D,
                           const at::Tensor& /*like*/) {
-    if (plan::record({plan::Kind::kSortReduce, n, num_keys, D, sizeof(acc_t), plan::key_bytes_for(num_keys)})) return;
+    if (plan::record(plan::sort_reduce_call(n, num_keys, D, sizeof(acc_t), gate_of(op) != nullptr))) return;
     cpu::sort_reduce<acc_t>(op, n, num_keys, D);
   }
 

@@ -4,7 +4,7 @@ scripts/gpu_run.sh runs under compute-sanitizer (memcheck, racecheck, initcheck,
 
 Every covered overload (``detops.covered_ops()``) with every case registered for it in ``detops.cases``
 (``full=False``: the small shapes), and the calls of ``EXTRA_CASES`` for the paths those miss (the max pools'
-gather and gated engine, the average pools' two steps), built on the CPU from a fixed seed and copied to the
+gather and gated engine, the average pools' two steps, the engine's buckets with and without their flag), built on the CPU from a fixed seed and copied to the
 device, is run once through ``torch.ops.detops.<name>.<overload>`` for each dtype (floating-point tensors
 converted).
 On CUDA the result is also compared bit for bit with the CPU twin on the same inputs (the order contract).
@@ -112,6 +112,29 @@ EXTRA_CASES += [
                                                                         None)), "two_steps"),
     C.Case("aten::_adaptive_avg_pool2d_backward", "two_steps_many_windows",
            _avg_pool_two_steps((1, 16, 256, 16), (1, 16, 300, 160), ()), "two_steps_many_windows"),
+]
+
+
+def _buckets(op: str, n: int, keys: int, hot: int = 0, width: int = 0) -> C.Builder:
+    """About one contribution per key (the CUDA engine's buckets, docs/engine.md): ``scatter_add_`` or
+    ``index_add_`` (``width`` columns) of ``n`` contributions into ``keys`` destinations, ``hot`` of them into
+    destination 0 (more than 32: the buckets raise their flag and the gated multi-block path runs)."""
+    def build(device, g, full: bool) -> C.Call:
+        index = torch.randint(0, keys, (n,), generator=g)
+        index[torch.randperm(n, generator=g)[:hot]] = 0
+        if op == "aten::index_add_":
+            return C.Call((torch.randn(keys, width, generator=g), 0, index, torch.randn(n, width, generator=g)), {}, 0)
+        return C.Call((torch.randn(keys, generator=g), 0, index, torch.randn(n, generator=g)), {}, 0)
+
+    return build
+
+
+# The buckets: one and two columns (carried), rows of 40 (positions), and a hot destination that sends the call to the gated multi-block path.
+EXTRA_CASES += [
+    C.Case("aten::scatter_add_", "buckets", _buckets("aten::scatter_add_", 20000, 20000), "buckets"),
+    C.Case("aten::index_add_", "buckets_pairs", _buckets("aten::index_add_", 9000, 7000, width=2), "buckets_pairs"),
+    C.Case("aten::index_add_", "buckets_rows", _buckets("aten::index_add_", 6000, 8000, width=40), "buckets_rows"),
+    C.Case("aten::scatter_add_", "buckets_hot", _buckets("aten::scatter_add_", 20000, 20000, hot=40), "buckets_hot"),
 ]
 
 

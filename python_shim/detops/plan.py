@@ -20,17 +20,17 @@ import torch
 
 __all__ = ["CallPlan", "Plan", "plan_summary", "summarize", "case_plan", "build_for_plan", "column", "SHAPE_ONLY_OPS"]
 
-CALL_FIELDS = ("kind", "n", "num_keys", "D", "acc_bytes", "key_bytes")
+CALL_FIELDS = ("kind", "n", "num_keys", "D", "acc_bytes", "key_bytes", "gated")
 SUMMARY_FIELDS = ("path", "launches", "memsets", "stream_ops", "allocations", "workspace_bytes", "bytes_moved",
                   "sort_bits", "levels", "value_bytes")
 KINDS = ("sort_reduce", "for_each", "count", "kernel")
-PATHS = ("empty", "gather", "count", "single_block", "multi", "kernel")
+PATHS = ("empty", "gather", "count", "single_block", "multi", "kernel", "buckets")
 TOTALS = ("launches", "memsets", "stream_ops", "allocations", "workspace_bytes", "bytes_moved")
 
 
 @dataclasses.dataclass
 class CallPlan:
-    """One engine call (``call``: kind, n, num_keys, D, acc_bytes, key_bytes) and its plan (``summary``). A
+    """One engine call (``call``: kind, n, num_keys, D, acc_bytes, key_bytes, gated) and its plan (``summary``). A
     ``kernel`` entry is an op's own work outside the engine, its fields launches, memsets and copies,
     allocations, allocated bytes and predicted bytes moved (``plan::kernel_call``, ops/plan_record.h)."""
 
@@ -44,9 +44,11 @@ class Plan:
     totals: Dict[str, int]
 
 
-def summarize(kind: str, n: int, num_keys: int = 0, D: int = 1, acc_bytes: int = 0, key_bytes: int = 0) -> dict:
-    """The plan of one engine call, from the C++ model."""
-    fields = torch.ops.detops._plan_summary([KINDS.index(kind), n, num_keys, D, acc_bytes, key_bytes])
+def summarize(kind: str, n: int, num_keys: int = 0, D: int = 1, acc_bytes: int = 0, key_bytes: int = 0,
+              gated: int = 0) -> dict:
+    """The plan of one engine call, from the C++ model (``gated``: 1 where the op's call is gated on a device word,
+    as the max pools' after their gather)."""
+    fields = torch.ops.detops._plan_summary([KINDS.index(kind), n, num_keys, D, acc_bytes, key_bytes, gated])
     summary = dict(zip(SUMMARY_FIELDS, fields))
     summary["path"] = PATHS[summary["path"]]
     return summary

@@ -6,6 +6,7 @@
 #include "ops/nll_loss2d_op.h"
 #include "ops/scatter_add.h"
 #include "ops/scatter_add_op.h"
+#include "ops/scatter_reduce_op.h"
 #include "ops/sort_reduce_cpu.h"
 
 #include <ATen/ATen.h>
@@ -456,6 +457,158 @@ TEST(EngineSchedule, OnlyValidContributionsAreStored) {
     for (int64_t c = 0; c < 3; ++c) {
       EXPECT_EQ(stored[3 * i + c], i % 3 == 0 ? 0.0 : 10.0 * i + c + 1) << i << " " << c;
     }
+  }
+}
+
+// The buckets (plan::buckets; cuda/sort_reduce_steps.h, "The buckets") on the CPU, as buckets_kernel runs them: the
+// counts, then the runs of chunks of keys taken from the counter in a shuffled order, the slots taken by the
+// contributions in another (their columns stored with them where carried), the folds by the (key, lane) threads in a
+// third. Returns false where a count above
+// plan::kBucketMaxCount raised the flag (the multi-block path then runs instead).
+template <typename acc_t, typename Op>
+bool buckets_emulated(const Op& op, int64_t n, int64_t num_keys, int64_t D, std::mt19937& rng) {
+  namespace engine = detops::engine;
+  constexpr int64_t kChunkKeys = 64;
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int32_t> counts(num_keys, 0);
+  for (const int64_t i : order) {
+    const int64_t k = engine::bucket_key(op.key(i), num_keys);
+    if (k >= 0) ++counts[k];
+  }
+  std::vector<int64_t> chunks((num_keys + kChunkKeys - 1) / kChunkKeys);
+  std::iota(chunks.begin(), chunks.end(), 0);
+  std::shuffle(chunks.begin(), chunks.end(), rng);
+  std::vector<int32_t> cursor(num_keys, -1);
+  int32_t taken = 0;
+  bool flag = false;
+  for (const int64_t c : chunks) {
+    for (int64_t k = c * kChunkKeys; k < std::min(num_keys, (c + 1) * kChunkKeys); ++k) {
+      cursor[k] = taken;
+      taken += counts[k];
+      flag = flag || counts[k] > detops::plan::kBucketMaxCount;
+    }
+  }
+  if (flag) return false;
+  std::vector<int32_t> positions(n, -5);
+  std::vector<acc_t> values(static_cast<size_t>(n * D), acc_t(-555));
+  const bool carry = detops::plan::carries_values(detops::plan::sort_reduce_call(n, num_keys, D, sizeof(acc_t)));
+  std::shuffle(order.begin(), order.end(), rng);
+  for (const int64_t i : order) {
+    const int64_t k = engine::bucket_key(op.key(i), num_keys);
+    if (k >= 0) engine::bucket_store<acc_t>(op, i, cursor[k]++, D, positions.data(), carry ? values.data() : nullptr);
+  }
+  // The kernel's threads: bucket_lanes(D) per key, each taking columns lane, lane + lanes, ...
+  const int64_t lanes = engine::bucket_lanes(D);
+  std::vector<int64_t> threads(num_keys * lanes);
+  std::iota(threads.begin(), threads.end(), 0);
+  std::shuffle(threads.begin(), threads.end(), rng);
+  for (const int64_t t : threads) {
+    const int64_t k = t / lanes;
+    if (counts[k] == 0) continue;
+    for (int64_t c = t % lanes; c < D; c += lanes) {
+      engine::bucket_fold<acc_t>(op, k, counts[k], cursor[k] - counts[k], positions.data(),
+                                 carry ? values.data() : nullptr, D, c);
+    }
+  }
+  return true;
+}
+
+// cpu::Engine with sort_reduce run by the buckets wherever the CUDA engine takes them (plan::buckets, flag down);
+// `taken` counts those calls.
+struct BucketsEngine : detops::cpu::Engine {
+  static inline int taken = 0;
+  static inline std::mt19937 rng{11};
+  template <typename acc_t, typename Op>
+  static void sort_reduce(const char* name, const Op& op, int64_t n, int64_t num_keys, int64_t D,
+                          const at::Tensor& like) {
+    const auto call = detops::plan::sort_reduce_call(n, num_keys, D, sizeof(acc_t), detops::gate_of(op) != nullptr);
+    if (detops::plan::buckets(call) && buckets_emulated<acc_t>(op, n, num_keys, D, rng)) {
+      ++taken;
+      return;
+    }
+    detops::cpu::Engine::sort_reduce<acc_t>(name, op, n, num_keys, D, like);
+  }
+};
+
+TEST(EngineSchedule, BucketsGiveTheCpuBitsWhateverTheThreadOrder) {
+  at::manual_seed(12);
+  using detops::Reduction;
+  const int64_t n = 6000;
+  // About one contribution per key (random keys), with signed zeros, infinities and NaNs among the values.
+  const auto values = [&](at::ScalarType dtype, int64_t rows, int64_t width) {
+    at::Tensor v = at::randn({rows, width}, at::kDouble);
+    if (dtype == at::kLong) return (v * 1000).to(at::kLong);
+    v.view(-1).narrow(0, 0, 9).copy_(at::tensor({0.0, -0.0, INFINITY, -INFINITY, NAN, -0.0, 0.0, NAN, 1.0}));
+    return v.to(dtype);
+  };
+  int expected_taken = 0;
+  for (const auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong}) {
+    for (const int64_t m : {n, n / 3, 4 * n}) {
+      const at::Tensor index = at::randint(0, m, {n});
+      for (const auto reduce : {Reduction::Sum, Reduction::Prod, Reduction::Mean, Reduction::Max, Reduction::Min}) {
+        for (const bool include_self : {true, false}) {
+          const at::Tensor self = values(dtype, m, 1).view(-1);
+          const at::Tensor src = values(dtype, n, 1).view(-1);
+          at::Tensor want = self.clone();
+          detops::scatter_reduce_compute<detops::cpu::Engine>(want, 0, index, src, reduce, include_self, {});
+          at::Tensor got = self.clone();
+          detops::scatter_reduce_compute<BucketsEngine>(got, 0, index, src, reduce, include_self, {});
+          ++expected_taken;
+          EXPECT_TRUE(bitwise_equal(got, want)) << dtype << " m " << m << " reduce " << static_cast<int>(reduce)
+                                                << " include_self " << include_self;
+        }
+      }
+    }
+    if (dtype == at::kLong) continue;
+    // index_add_ of rows of 1 and 2 columns (carried where 8 bytes at most), 5 and 40 (positions; 40 columns on 32
+    // threads per key), scatter_add_.
+    for (const int64_t width : {1, 2, 5, 40}) {
+      const int64_t m = n + 17;
+      const at::Tensor index = at::randint(0, m, {n});
+      const at::Tensor self = values(dtype, m, width);
+      const at::Tensor source = values(dtype, n, width);
+      at::Tensor want = self.clone();
+      detops::index_add_compute<detops::cpu::Engine>(want, 0, index, source, 0.5);
+      at::Tensor got = self.clone();
+      detops::index_add_compute<BucketsEngine>(got, 0, index, source, 0.5);
+      ++expected_taken;
+      EXPECT_TRUE(bitwise_equal(got, want)) << dtype << " width " << width;
+    }
+    const at::Tensor index = at::randint(0, n, {n});
+    const at::Tensor self = values(dtype, n, 1).view(-1);
+    const at::Tensor src = values(dtype, n, 1).view(-1);
+    at::Tensor want = self.clone();
+    detops::scatter_add_compute<detops::cpu::Engine>(want, 0, index, src);
+    at::Tensor got = self.clone();
+    detops::scatter_add_compute<BucketsEngine>(got, 0, index, src);
+    ++expected_taken;
+    EXPECT_TRUE(bitwise_equal(got, want)) << dtype;
+  }
+  EXPECT_EQ(BucketsEngine::taken, expected_taken);
+}
+
+// A bucket holds one block of the tree: a key of kBucketMaxCount contributions takes the buckets, one more raises the
+// flag.
+TEST(EngineSchedule, BucketsTakeAtMostOneBlockPerKey) {
+  std::mt19937 rng(13);
+  for (const int64_t hot : {detops::plan::kBucketMaxCount, detops::plan::kBucketMaxCount + 1}) {
+    const int64_t n = 5000;
+    std::vector<int64_t> keys(n);
+    for (int64_t i = 0; i < n; ++i) keys[i] = i < hot ? 7 : 100 + i;
+    std::shuffle(keys.begin(), keys.end(), rng);
+    const at::Tensor index = at::tensor(keys, at::kLong);
+    const at::Tensor self = at::randn({n + 100});
+    const at::Tensor src = at::randn({n});
+    at::Tensor want = self.clone();
+    detops::scatter_add_compute<detops::cpu::Engine>(want, 0, index, src);
+    at::Tensor result = self.clone();
+    const auto op = detops::make_scatter_add_op<float, int64_t>(result, 0, index, src);
+    ASSERT_TRUE(detops::plan::buckets(detops::plan::sort_reduce_call(n, n + 100, 1, 4)));
+    const bool taken = buckets_emulated<float>(op, n, n + 100, 1, rng);
+    EXPECT_EQ(taken, hot <= detops::plan::kBucketMaxCount) << hot;
+    if (taken) EXPECT_TRUE(bitwise_equal(result, want));
   }
 }
 

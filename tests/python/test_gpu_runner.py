@@ -134,10 +134,10 @@ def test_sanitize_cases_runs_every_covered_op_on_cpu():
     assert ops == set(detops.covered_ops())
 
 
-def test_sanitize_cases_extra_calls_take_the_max_pools_gather_and_the_average_pools_two_steps():
+def test_sanitize_cases_extra_calls_take_the_max_pools_gather_the_average_pools_two_steps_and_the_buckets():
     """The calls sanitize_cases.py adds past the small shapes reach the max pools' gather on CUDA (their twins record
-    the CUDA path's calls, the tables' copy and the gather, then the gated engine) and the average pools' two
-    steps (the scale step, then the gather)."""
+    the CUDA path's calls, the tables' copy and the gather, then the gated engine), the average pools' two
+    steps (the scale step, then the gather) and the engine's buckets (one call each)."""
     import importlib.util
 
     import torch
@@ -147,10 +147,13 @@ def test_sanitize_cases_extra_calls_take_the_max_pools_gather_and_the_average_po
     spec = importlib.util.spec_from_file_location("sanitize_cases", ROOT / "scripts" / "sanitize_cases.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert len(module.EXTRA_CASES) == 10
+    assert len(module.EXTRA_CASES) == 14
     for case in module.EXTRA_CASES:
         call = case.build(torch.device("cpu"), torch.Generator().manual_seed(0), False)
         plan = P.plan_summary(C.twin_op(case.op), *call.args, plan_only=True, **call.kwargs)
+        if case.shape.startswith("buckets"):
+            assert [c.summary["path"] for c in plan.calls] == ["buckets"], (case.op, case.shape)
+            continue
         second = "for_each" if "avg" in case.op else "sort_reduce"
         assert [c.call["kind"] for c in plan.calls] == ["kernel", second], (case.op, case.shape)
 

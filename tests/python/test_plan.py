@@ -60,8 +60,9 @@ def test_32_bit_keys_take_the_counting_sort():
     launch, no memset. Its table of bins x tiles counts (the widest pass's) and the chunks' totals are in the
     workspace; it moves more bytes with each pass."""
     n = 1 << 20
+    # (gated: the same call without the buckets first, which 2^20 keys would take: test below.)
     for num_keys in (1, 1000, 1023, 1024, 50000, 1 << 20, (1 << 27) - 1, (1 << 32) - 2):
-        s = P.summarize("sort_reduce", n=n, num_keys=num_keys, D=1, acc_bytes=4, key_bytes=4)
+        s = P.summarize("sort_reduce", n=n, num_keys=num_keys, D=1, acc_bytes=4, key_bytes=4, gated=1)
         assert s["memsets"] == 0 and s["launches"] == 1 + 1 + 1 + 1 + 1 and s["allocations"] == 1, num_keys
         assert s["value_bytes"] == 4
     # Two buffers each of keys and of values, and the table: 1,024 bins for 10 bits in one pass, 64 for the first
@@ -71,7 +72,7 @@ def test_32_bit_keys_take_the_counting_sort():
     two = P.summarize("sort_reduce", n=n, num_keys=1024, D=1, acc_bytes=4, key_bytes=4)
     assert one["workspace_bytes"] >= 2 * n * (4 + 4) + 1024 * tiles * 4
     assert two["workspace_bytes"] < one["workspace_bytes"] - (1024 - 64) * tiles * 4 + 4096
-    three = P.summarize("sort_reduce", n=n, num_keys=1 << 20, D=1, acc_bytes=4, key_bytes=4)
+    three = P.summarize("sort_reduce", n=n, num_keys=1 << 20, D=1, acc_bytes=4, key_bytes=4, gated=1)
     assert one["bytes_moved"] < two["bytes_moved"] < three["bytes_moved"]
     # A key chunk's 64-bit keys keep CUB's radix sort (its memsets); the single-block path keeps its sort.
     assert P.summarize("sort_reduce", n=n, num_keys=1000, D=1, acc_bytes=4, key_bytes=8)["memsets"] > 0
@@ -99,6 +100,30 @@ def test_the_sort_carries_contributions_of_at_most_8_bytes():
     assert P.summarize("sort_reduce", n=SMALL_N, num_keys=3, D=1, acc_bytes=4, key_bytes=4)["value_bytes"] == 4
 
 
+def test_about_as_many_keys_as_contributions_take_the_buckets():
+    """At most 4 contributions per key on average and at most 4 keys per contribution, a multi-block call with 32-bit
+    keys and no gate of its own puts its contributions in buckets first (docs/engine.md,
+    "Buckets"): one cooperative launch more, then the multi-block path's launches, gated on the buckets' flag; one
+    allocation, with each key's count and cursor in it; the bytes of the buckets alone (the gated path moves none
+    unless some key has more than 32 contributions)."""
+    n = 1 << 22
+    s = P.summarize("sort_reduce", n=n, num_keys=n, D=1, acc_bytes=4, key_bytes=4)
+    multi = P.summarize("sort_reduce", n=n, num_keys=n, D=1, acc_bytes=4, key_bytes=4, gated=1)
+    assert s["path"] == "buckets" and multi["path"] == "multi"
+    assert s["launches"] == multi["launches"] + 1 and s["memsets"] == 0 and s["allocations"] == 1
+    assert s["stream_ops"] <= MID_MAX_STREAM_OPS
+    assert s["workspace_bytes"] - multi["workspace_bytes"] == (n + 2) * 4 + 248 + n * 4
+    assert s["bytes_moved"] < multi["bytes_moved"]
+    for keys, D, acc, gated, buckets in ((n // 4, 1, 4, 0, True), (n // 4 - 1, 1, 4, 0, False), (4 * n, 1, 4, 0, True),
+                                         (4 * n + 1, 1, 4, 0, False), (n, 2, 4, 0, True), (n, 1, 8, 0, True),
+                                         (n, 3, 4, 0, True), (n, 16, 8, 0, True), (n, 1, 4, 1, False)):
+        got = P.summarize("sort_reduce", n=n, num_keys=keys, D=D, acc_bytes=acc, key_bytes=4, gated=gated)["path"]
+        assert (got == "buckets") == buckets, (keys, D, acc, gated)
+    assert P.summarize("sort_reduce", n=SMALL_N, num_keys=SMALL_N, D=1, acc_bytes=4, key_bytes=4)["path"] == "single_block"
+    with pytest.raises(RuntimeError, match="gated"):
+        torch.ops.detops._plan_summary([0, n, n, 1, 4, 4, 2])
+
+
 def test_model_counts_gathers_counts_and_empty_calls():
     assert P.summarize("for_each", n=100)["launches"] == 1
     assert P.summarize("for_each", n=100)["allocations"] == 0
@@ -119,7 +144,7 @@ def test_recorder_sees_the_engine_calls_of_a_twin():
     index = torch.tensor([0, 2, 2, 6, 1])
     plan = P.plan_summary(torch.ops.detops.index_add, self_, 0, index, torch.ones(5, 3))
     assert [c.call for c in plan.calls] == [
-        {"kind": "sort_reduce", "n": 5, "num_keys": 7, "D": 3, "acc_bytes": 4, "key_bytes": 4}]
+        {"kind": "sort_reduce", "n": 5, "num_keys": 7, "D": 3, "acc_bytes": 4, "key_bytes": 4, "gated": 0}]
     assert plan.totals["launches"] == plan.calls[0].summary["launches"]
     # Recording is off again: nothing is recorded outside plan_summary.
     torch.ops.detops.index_add(self_, 0, index, torch.ones(5, 3))
@@ -141,7 +166,7 @@ def test_mean_counts_its_destinations_in_one_launch_and_sorts_once(op):
     plan = P.plan_summary(fn, *args)
     assert [c.call["kind"] for c in plan.calls] == ["count", "sort_reduce"]
     assert plan.calls[0].call == {"kind": "count", "n": n, "num_keys": num_keys, "D": 1, "acc_bytes": 0,
-                                  "key_bytes": 8}
+                                  "key_bytes": 8, "gated": 0}
     assert plan.calls[0].summary["launches"] == 1 and plan.calls[0].summary["allocations"] == 0
     assert plan.calls[1].call["D"] == D
     # The counts divide: the same result as stock's mean, for a destination reached 0 to 4 times.
@@ -235,7 +260,7 @@ def test_kernel_entries_count_the_work_outside_the_engine():
     for full in (False, True):
         plan = P.case_plan(_case("median.dim_values", "median_filter"), full=full)
         assert _calls(plan) == [{"kind": "for_each", "n": 1 << (22 if full else 10), "num_keys": 0, "D": 1,
-                                 "acc_bytes": 0, "key_bytes": 0}]
+                                 "acc_bytes": 0, "key_bytes": 0, "gated": 0}]
         assert plan.totals["launches"] == 1 and plan.totals["memsets"] == 0 and plan.totals["allocations"] == 0
 
 
@@ -244,7 +269,7 @@ def test_average_pools_record_their_gather():
     twin = C.twin_op("aten::avg_pool3d_backward")
     plan = P.plan_summary(twin, *call.args, **call.kwargs)
     assert _calls(plan) == [{"kind": "for_each", "n": call.args[1].numel(), "num_keys": 0, "D": 1, "acc_bytes": 0,
-                             "key_bytes": 0}]
+                             "key_bytes": 0, "gated": 0}]
     assert plan.totals["launches"] == 1 and plan.totals["allocations"] == 0
     # Plan-only: recorded, not computed.
     out = torch.full_like(call.args[1], 7.0)
@@ -325,7 +350,7 @@ def test_padding_records_its_gather():
         for plan_only in (False, True):
             plan = P.plan_summary(C.twin_op(case.op), *call.args, plan_only=plan_only, **call.kwargs)
             assert _calls(plan) == [{"kind": "for_each", "n": call.args[1].numel(), "num_keys": 0, "D": 1,
-                                     "acc_bytes": 0, "key_bytes": 0}], (case.op, plan_only)
+                                     "acc_bytes": 0, "key_bytes": 0, "gated": 0}], (case.op, plan_only)
 
 
 def _calls(plan: P.Plan):
