@@ -348,19 +348,12 @@ void run_counting_sort(const CountingArgs<ValueT>& args, cudaStream_t stream) {
   const int64_t blocks = resident_blocks(reinterpret_cast<const void*>(kernel), kCountThreads, resident);
   const auto grid = static_cast<unsigned>(std::min({int64_t{args.tiles}, blocks, plan::kCountingMaxGrid}));
   const int steps = 3 * args.passes.passes;
-  if (cooperative_launch(stream)) {
-    CountingArgs<ValueT> a = args;
-    int first = 0;
-    int end = steps;
-    void* params[] = {&a, &first, &end};
-    const cudaError_t launched = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid),
-                                                             dim3(kCountThreads), params, 0, stream);
-    // Fewer blocks fit than the occupancy said (the device shared, as under MPS): one launch per step instead.
-    if (launched != cudaErrorCooperativeLaunchTooLarge) {
-      C10_CUDA_CHECK(launched);
-      return;
-    }
-    (void)cudaGetLastError();
+  CountingArgs<ValueT> a = args;
+  int first = 0;
+  int end = steps;
+  void* params[] = {&a, &first, &end};
+  if (launch_cooperative(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(kCountThreads), params, stream)) {
+    return;
   }
   for (int step = 0; step < steps; ++step) {
     kernel<<<grid, kCountThreads, 0, stream>>>(args, step, step + 1);
@@ -468,6 +461,17 @@ bool cooperative_launch(cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   return capture == cudaStreamCaptureStatusNone;
+}
+
+bool launch_cooperative(const void* kernel, dim3 grid, dim3 block, void** args, cudaStream_t stream) {
+  if (!cooperative_launch(stream)) return false;
+  const cudaError_t launched = cudaLaunchCooperativeKernel(kernel, grid, block, args, 0, stream);
+  if (launched == cudaErrorCooperativeLaunchTooLarge) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  C10_CUDA_CHECK(launched);
+  return true;
 }
 
 int64_t cub_temp_bytes(int64_t n, int64_t key_bytes, int bits, int64_t value_bytes) {

@@ -24,12 +24,18 @@ struct SortedSegments {
                                         // (both null without tree levels)
 };
 
-// Whether the engine runs its multi-step kernels (the counting sort's passes, the tree's levels) on `stream` in one
-// cooperative launch: the current device has cooperative launch, the stream is not being captured into a CUDA
-// graph (a graph replays its launches cheaply, and not every driver captures a cooperative one), and the
-// environment variable DETOPS_COOPERATIVE is not "0" (read at each call; with "0" they run one launch per step,
-// the fallback that the tests run on any device). The bits are the same either way.
+// Whether the engine runs its multi-step kernels (the counting sort's passes, the tree's levels, the buckets' steps)
+// on `stream` in one cooperative launch: the current device has cooperative launch, the stream is not being captured
+// into a CUDA graph (a graph replays its launches cheaply, and not every driver captures a cooperative one), and the
+// environment variable DETOPS_COOPERATIVE is not "0" (read at each call; with "0" they run one launch per step, the
+// fallback that the tests run on any device). The bits are the same either way.
 bool cooperative_launch(cudaStream_t stream);
+
+// Launches `kernel` (a __global__ function; `args` as cudaLaunchCooperativeKernel takes them) as one cooperative
+// launch of `grid` x `block` on `stream` and returns true, where cooperative_launch(stream) allows it and the blocks
+// fit; otherwise launches nothing and returns false (fewer blocks fit than the occupancy said where the device is
+// shared, as under MPS), and the caller runs its steps one launch each.
+bool launch_cooperative(const void* kernel, dim3 grid, dim3 block, void** args, cudaStream_t stream);
 
 // The blocks of `kernel` (a __global__ function, `threads` per block) resident at once on the current device:
 // its occupancy x the multiprocessors, queried once per device and cached in `cache` (one per kernel). The grid

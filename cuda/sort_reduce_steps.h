@@ -577,6 +577,12 @@ template <typename acc_t, typename Op>
 C10_HOST_DEVICE inline void bucket_fold(const Op& op, int64_t key, int32_t count, int32_t first,
                                         const int32_t* positions, const acc_t* values, int64_t D, int64_t c) {
   static_assert(plan::kBucketMaxCount == kBlock, "a bucket is one block of the tree");
+  if (count == 1) {
+    // NB: the loop's one step, without the wait on the position where the slot carries the contribution.
+    op.finalize(key, c, values != nullptr ? values[int64_t{first} * D + c]
+                                          : static_cast<acc_t>(op.contribution(positions[first], c)));
+    return;
+  }
   const combine_of_t<Op> combine{};
   acc_t s{};
   int32_t last = -1;
