@@ -466,10 +466,11 @@ constexpr int kBucketItems = 4;      // contributions per thread and round in st
 // adds: the loads in flight together); 2 gives each chunk of kBucketThreads x kBucketChunkKeys keys its runs (a block
 // scan of their counts, the chunk's total taken from the counter) and raises the flag over a count above
 // plan::kBucketMaxCount; 3 stores each contribution in a slot of its key, kBucketItems at a time (keys, then slots,
-// then the stores); 4 folds each key's run, a thread per key. Grid-stride, a grid-wide barrier between steps: with all
-// of them in one cooperative launch the grid is all resident; a plain launch per step runs it too. Steps 3 and 4 read
-// the flag after the barrier that follows step 2, so every block returns there, or none. NB: which slot a contribution
-// takes, and where a key's run lies, depend on timing; bucket_fold takes a run in source order, so the bits do not.
+// then the stores); 4 folds each key's run, engine::bucket_lanes(D) threads per key. Grid-stride, a grid-wide barrier
+// between steps: with all of them in one cooperative launch the grid is all resident; a plain launch per step runs it
+// too. Steps 3 and 4 read the flag after the barrier that follows step 2, so every block returns there, or none. NB:
+// which slot a contribution takes, and where a key's run lies, depend on timing; bucket_fold takes a run in source
+// order, so the bits do not.
 // NB: launch bounds of 4 blocks per SM cap it at 64 registers (64-78 without: 3 blocks, fewer loads in flight).
 template <typename acc_t, typename Op>
 __global__ void __launch_bounds__(kBucketThreads, 4) buckets_kernel(Op op, BucketArgs<acc_t> a, int first_step,
