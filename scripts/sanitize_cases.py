@@ -4,9 +4,9 @@ scripts/gpu_run.sh runs under compute-sanitizer (memcheck, racecheck, initcheck,
 
 Every covered overload (``detops.covered_ops()``) with every case registered for it in ``detops.cases``
 (``full=False``: the small shapes), and the calls of ``EXTRA_CASES`` for the paths those miss (the max pools'
-gather and gated engine, the average pools' two steps, the engine's buckets with and without their flag), built on the CPU from a fixed seed and copied to the
-device, is run once through ``torch.ops.detops.<name>.<overload>`` for each dtype (floating-point tensors
-converted).
+gather and gated engine, the average pools' two steps, the engine's buckets with and without their flag), built
+on the CPU from a fixed seed and copied to the device, is run once through
+``torch.ops.detops.<name>.<overload>`` for each dtype (floating-point tensors converted).
 On CUDA the result is also compared bit for bit with the CPU twin on the same inputs (the order contract).
 Inputs are built on the CPU, so the CUDA kernels that run are (nearly) only the detops ones.
 
@@ -129,7 +129,8 @@ def _buckets(op: str, n: int, keys: int, hot: int = 0, width: int = 0) -> C.Buil
     return build
 
 
-# The buckets: one and two columns (carried), rows of 40 (positions), and a hot destination that sends the call to the gated multi-block path.
+# The buckets: one and two columns (carried), rows of 40 (positions), and a hot destination that sends the call to
+# the gated multi-block path.
 EXTRA_CASES += [
     C.Case("aten::scatter_add_", "buckets", _buckets("aten::scatter_add_", 20000, 20000), "buckets"),
     C.Case("aten::index_add_", "buckets_pairs", _buckets("aten::index_add_", 9000, 7000, width=2), "buckets_pairs"),

@@ -119,7 +119,8 @@ def test_about_as_many_keys_as_contributions_take_the_buckets():
                                          (n, 3, 4, 0, True), (n, 16, 8, 0, True), (n, 1, 4, 1, False)):
         got = P.summarize("sort_reduce", n=n, num_keys=keys, D=D, acc_bytes=acc, key_bytes=4, gated=gated)["path"]
         assert (got == "buckets") == buckets, (keys, D, acc, gated)
-    assert P.summarize("sort_reduce", n=SMALL_N, num_keys=SMALL_N, D=1, acc_bytes=4, key_bytes=4)["path"] == "single_block"
+    small = P.summarize("sort_reduce", n=SMALL_N, num_keys=SMALL_N, D=1, acc_bytes=4, key_bytes=4)
+    assert small["path"] == "single_block"
     with pytest.raises(RuntimeError, match="gated"):
         torch.ops.detops._plan_summary([0, n, n, 1, 4, 4, 2])
 
